@@ -1,0 +1,388 @@
+"""``ToolEnv``: a Gymnasium environment in which an LLM agent solves a task by calling tools.
+
+An env is a composition, each part picked by registry name: a task source (the dataset rows), a
+tool set, an action parser and a reward function. Observations and actions are text.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.error import ResetNeeded
+
+from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, TaskFormatError
+from agentfly_envs.parsers import Action, Parser, ParseResult, ToolCall, get_parser
+from agentfly_envs.rewards import RewardFunction, get_reward
+from agentfly_envs.spaces import TextSpace
+from agentfly_envs.tasks import GoldenSolution, Row, TaskSource, get_task_source
+from agentfly_envs.tools import CallStatus, Tool, get_tool
+
+ERROR_KINDS = (
+    "parse_error",
+    "unknown_tool",
+    "bad_arguments",
+    "tool_error",
+    "tool_exception",
+    "too_many_calls",
+    "action_too_long",
+)
+"""Keys of ``info["error_counts"]``: how often each kind of agent mistake happened this episode."""
+
+
+def truncate_middle(text: str, limit: int) -> str:
+    """Shortens ``text`` to at most ``limit`` characters, keeping 3/4 head and 1/4 tail (errors are often last).
+
+    Example:
+        >>> truncate_middle("abcdefghijklmnopqrstuvwxyz" * 10, 60)
+        'abcdefghijklmnopqrstuv\\n[... 230 characters cut ...]\\nstuvwxyz'
+    """
+    if len(text) <= limit:
+        return text
+    marker = ""
+    for _ in range(3):  # the marker's length depends on the number it shows
+        marker = f"\n[... {len(text) - limit + len(marker)} characters cut ...]\n"
+    keep = limit - len(marker)
+    if keep <= 0:
+        return text[:limit]
+    head = keep * 3 // 4
+    return text[:head] + marker + text[len(text) - (keep - head) :]
+
+
+@dataclass
+class _Episode:
+    """Mutable state of the current episode (never handed out; copies go into ``info``)."""
+
+    row: Row
+    index: int | None
+    ground_truth: Any
+    messages: list[dict[str, Any]]
+    turn: int = 0
+    done: bool = False
+    error_counts: Counter = field(default_factory=Counter)
+
+
+class ToolEnv(gym.Env[str, Action]):
+    """A multi-turn tool-use environment over a task source.
+
+    Each episode poses one task. ``step(action)`` takes the assistant's turn (raw text, or an
+    OpenAI-style message dict with ``tool_calls``), runs the tool calls it contains and returns
+    their output as the observation. A turn with no tool call is the final answer: the episode
+    terminates and the reward function scores it. A turn that calls a tool marked
+    ``ends_episode`` (``answer``) is scored on that call's argument. When ``max_turns`` assistant
+    turns have passed without an answer the episode is truncated with ``truncation_reward``.
+
+    Agent mistakes never raise: malformed calls, unknown tools, bad arguments, tool failures,
+    oversized turns each become an ``Error: ...`` observation and a count in ``info["error_counts"]``.
+
+    Args:
+        task: Registered task-source name (``"gsm8k"``, ``"arithmetic"``) or a ``TaskSource``.
+        tools: Names of registered tools the agent may call.
+        parser: Registered parser name: ``"hermes"``, ``"react"``, ``"code"`` or ``"tool_calls"``.
+        reward: Registered reward name, e.g. ``"math_reward_string_equal"``.
+        max_turns: Assistant turns per episode before truncation (turns, not tokens).
+        truncation_reward: Reward of a truncated episode.
+        max_action_chars: Longest assistant turn accepted, in characters; longer turns get an error observation.
+        max_calls_per_turn: Most tool calls run per turn; the rest get an error observation.
+        max_tool_output_chars: Longest tool output shown, in characters; longer output is cut in the middle.
+        max_observation_chars: Size of the observation space, in characters.
+        render_mode: ``None`` or ``"ansi"`` (``render()`` returns the transcript as text).
+        **task_kwargs: Passed to the task source, e.g. ``data_files=``/``split=`` for GSM8K, ``level=`` for arithmetic.
+
+    ``reset(seed=None, options=None)`` options: ``{"task": row}`` runs that row, ``{"index": i}`` runs
+    row ``i`` of the task source in file order; without either, a row is drawn with ``self.np_random``.
+
+    Info of ``reset``: ``messages`` (system and user chat messages), ``tools`` (JSON schemas),
+    ``task`` (the row), ``task_index``. Info of ``step``: ``messages`` (new role-``tool`` messages),
+    ``tool_calls`` (OpenAI-style), ``parse_errors``, ``tool_latency_s``, ``error_counts`` (this episode),
+    ``turn``, ``answer`` (the scored text, on termination) and ``reward_components``.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        task: str | TaskSource = "arithmetic",
+        tools: Sequence[str] = ("calculator",),
+        parser: str = "hermes",
+        reward: str = "math_reward_string_equal",
+        max_turns: int = 8,
+        truncation_reward: float = 0.0,
+        max_action_chars: int = 32_768,
+        max_calls_per_turn: int = 16,
+        max_tool_output_chars: int = 4_096,
+        max_observation_chars: int = 65_536,
+        render_mode: str | None = None,
+        **task_kwargs: Any,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'ansi'")
+        if isinstance(tools, str):
+            raise TypeError(f"tools must be a sequence of tool names, e.g. ({tools!r},), not a string")
+        self.tasks: TaskSource = task if isinstance(task, TaskSource) else get_task_source(task)(**task_kwargs)
+        self.tools: dict[str, Tool] = {tool.name: tool for tool in map(get_tool, tools)}
+        self.parser: Parser = get_parser(parser)
+        self.reward_fn: RewardFunction = get_reward(reward)
+        self.max_turns = max_turns
+        self.truncation_reward = float(truncation_reward)
+        self.max_action_chars = max_action_chars
+        self.max_calls_per_turn = max_calls_per_turn
+        self.max_tool_output_chars = max_tool_output_chars
+        self.render_mode = render_mode
+        self.observation_space = TextSpace(max_observation_chars)
+        self.action_space = TextSpace(max_action_chars)
+        self._schemas = [tool.schema for tool in self.tools.values()]
+        self._schemas_json = json.dumps(self._schemas)  # json.loads of it is a fast deep copy
+        self._answer_by_tool = any(tool.ends_episode for tool in self.tools.values())
+        self._system_prompt = self._build_system_prompt()
+        self._episode: _Episode | None = None
+
+    def _build_system_prompt(self) -> str:
+        parts = [self.tasks.system_prompt(self._answer_by_tool), self.parser.instructions(self._schemas)]
+        return "\n\n".join(part for part in parts if part)
+
+    # ---------------------------------------------------------------------------------------------
+    # Gymnasium API
+    # ---------------------------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Starts an episode on one task.
+
+        Args:
+            seed: Seeds ``self.np_random`` (used to draw a task when no option selects one).
+            options: ``{"task": row}`` or ``{"index": i}``; anything else raises ``ValueError``.
+
+        Returns:
+            ``(observation, info)``: the user turn's text, and ``messages``/``tools``/``task``/``task_index``.
+
+        Raises:
+            TaskFormatError: the selected row lacks a field the task needs.
+        """
+        super().reset(seed=seed)
+        row, index = self._select_task(dict(options or {}))
+        self.tasks.validate(row)
+        user_prompt = self.tasks.user_prompt(row)
+        messages = [
+            {"role": "system", "content": self._system_prompt},
+            {"role": "user", "content": user_prompt},
+        ]
+        self._episode = _Episode(row=row, index=index, ground_truth=self.tasks.ground_truth(row), messages=messages)
+        info = {
+            "messages": [dict(message) for message in messages],
+            "tools": json.loads(self._schemas_json),
+            "task": copy.deepcopy(row),
+            "task_index": index,
+        }
+        return truncate_middle(user_prompt, self.observation_space.max_length), info
+
+    def _select_task(self, options: dict[str, Any]) -> tuple[Row, int | None]:
+        unknown = set(options) - {"task", "index"}
+        if unknown or len(options) > 1:
+            raise ValueError(
+                f"reset options must be {{'task': row}} or {{'index': i}} (or neither), got keys {sorted(options)}"
+            )
+        if "task" in options:
+            if not isinstance(options["task"], Mapping):
+                raise TaskFormatError(
+                    f"options['task'] must be a row (a mapping), got {type(options['task']).__name__}"
+                )
+            return dict(options["task"]), None
+        if "index" in options:
+            index = options["index"]
+            if isinstance(index, bool) or not isinstance(index, int | np.integer) or not 0 <= index < len(self.tasks):
+                raise IndexError(f"options['index'] must be an int in [0, {len(self.tasks)}), got {index!r}")
+            return self.tasks.row(int(index)), int(index)
+        index = int(self.np_random.integers(len(self.tasks)))
+        return self.tasks.row(index), index
+
+    def step(self, action: Action) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Plays one assistant turn.
+
+        Args:
+            action: The assistant's raw text, or an assistant message dict ``{"content", "tool_calls"}``.
+
+        Returns:
+            ``(observation, reward, terminated, truncated, info)``: the tool output (``""`` when the
+            episode ends on an answer), the reward (0 until the end), whether the agent answered,
+            whether the turn budget ran out, and the step info described in the class docstring.
+
+        Raises:
+            ResetNeeded: ``reset()`` was never called.
+            EpisodeFinishedError: the episode already ended.
+            TypeError: ``action`` is neither a string nor a mapping.
+        """
+        episode = self._episode
+        if episode is None:
+            raise ResetNeeded("call reset() before step()")
+        if episode.done:
+            raise EpisodeFinishedError("the episode has ended (terminated or truncated); call reset() to start another")
+        if not isinstance(action, str | Mapping):
+            raise TypeError(f"action must be the assistant's text or a message dict, got {type(action).__name__}")
+        episode.turn += 1
+        episode.messages.append(_assistant_message(action))
+
+        turn = self._run_turn(action, episode)
+        terminated = turn.answer is not None
+        truncated = not terminated and episode.turn >= self.max_turns
+        reward, components = 0.0, {}
+        if terminated:
+            scored = self.reward_fn(turn.answer, episode.ground_truth)
+            reward, components = float(scored.score), dict(scored.components)
+        elif truncated:
+            reward = self.truncation_reward
+        episode.done = terminated or truncated
+        episode.messages.extend(dict(message) for message in turn.messages)  # flat dicts of strings
+
+        observation = "\n\n".join(message["content"] for message in turn.messages)
+        info = {
+            "messages": turn.messages,
+            "tool_calls": [call.as_openai() for call in turn.calls],
+            "parse_errors": turn.parse_errors,
+            "tool_latency_s": turn.latencies,
+            "error_counts": {kind: episode.error_counts[kind] for kind in ERROR_KINDS},
+            "turn": episode.turn,
+            "answer": turn.answer,
+            "reward_components": components,
+        }
+        return (
+            truncate_middle(observation, self.observation_space.max_length),
+            reward,
+            terminated,
+            truncated,
+            info,
+        )
+
+    def render(self) -> str | None:
+        """With ``render_mode="ansi"``, the episode's transcript as text; else ``None``."""
+        if self.render_mode != "ansi" or self._episode is None:
+            return None
+        return "\n\n".join(f"[{m['role']}] {m.get('content') or ''}".rstrip() for m in self._episode.messages)
+
+    # ---------------------------------------------------------------------------------------------
+    # One turn
+    # ---------------------------------------------------------------------------------------------
+
+    def _run_turn(self, action: Action, episode: _Episode) -> _TurnResult:
+        turn = _TurnResult()
+        if isinstance(action, str) and len(action) > self.max_action_chars:
+            episode.error_counts["action_too_long"] += 1
+            turn.add_error(
+                f"your turn was {len(action)} characters long; the limit is {self.max_action_chars}. "
+                "Write a shorter turn."
+            )
+            return turn
+        parsed: ParseResult = self.parser.parse(action)
+        if not parsed.attempted_call:
+            turn.answer = parsed.content
+            return turn
+        for error in parsed.errors:
+            episode.error_counts["parse_error"] += 1
+            turn.parse_errors.append(error)
+            turn.add_error(error)
+        for position, call in enumerate(parsed.calls):
+            if position >= self.max_calls_per_turn:
+                episode.error_counts["too_many_calls"] += len(parsed.calls) - position
+                turn.add_error(
+                    f"only {self.max_calls_per_turn} tool calls run per turn; "
+                    f"the last {len(parsed.calls) - position} were skipped"
+                )
+                break
+            self._run_call(call, episode, turn)
+        return turn
+
+    def _run_call(self, call: ToolCall, episode: _Episode, turn: _TurnResult) -> None:
+        turn.calls.append(call)
+        tool = self.tools.get(call.name)
+        if tool is None:
+            episode.error_counts["unknown_tool"] += 1
+            close = difflib.get_close_matches(call.name, self.tools, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            turn.add_error(f"unknown tool {call.name!r:.80}; {hint}available tools: {', '.join(self.tools)}", call)
+            return
+        result = tool(call.arguments)
+        if result.status is not CallStatus.OK:
+            episode.error_counts[result.status.value] += 1
+        turn.latencies.append(result.latency_s)
+        turn.messages.append(_tool_message(call, truncate_middle(result.content, self.max_tool_output_chars)))
+        if tool.ends_episode and result.status is CallStatus.OK and turn.answer is None:
+            turn.answer = result.content
+
+    # ---------------------------------------------------------------------------------------------
+    # Golden demonstrations
+    # ---------------------------------------------------------------------------------------------
+
+    def golden_actions(self, row: Row | None = None) -> list[Action]:
+        """The assistant turns that solve a task with this env's tools and parser, then answer.
+
+        Calculator expressions come from the task's golden solution; they are spread over at most
+        ``max_turns - 1`` turns (several calls per turn when needed), and the last turn answers.
+
+        Args:
+            row: The task; defaults to the current episode's row.
+
+        Returns:
+            Actions to pass to ``step`` one by one.
+
+        Raises:
+            AgentflyError: the task has no golden solution, or the env has no tool that can run it.
+        """
+        if row is None:
+            if self._episode is None:
+                raise ResetNeeded("call reset() first, or pass the row to golden_actions(row)")
+            row = self._episode.row
+        solution = self.tasks.golden(row)
+        if solution is None:
+            raise AgentflyError(f"{type(self.tasks).__name__} provides no golden solutions")
+        calls = self._golden_calls(solution)
+        num_turns = min(len(calls), self.max_turns - 1)
+        chunks = [list(chunk) for chunk in np.array_split(np.arange(len(calls)), num_turns)] if num_turns else []
+        actions = [self.parser.format_calls([calls[i] for i in chunk]) for chunk in chunks]
+        if self._answer_by_tool:
+            name = next(name for name, tool in self.tools.items() if tool.ends_episode)
+            actions.append(self.parser.format_calls([ToolCall(name, {"answer": solution.answer})]))
+        else:
+            actions.append(self.parser.format_final(f"The answer is \\boxed{{{solution.answer}}}."))
+        return actions
+
+    def _golden_calls(self, solution: GoldenSolution) -> list[ToolCall]:
+        if "calculator" in self.tools:
+            return [ToolCall("calculator", {"expression": e}) for e in solution.expressions]
+        if "python" in self.tools:
+            return [ToolCall("python", {"code": f"print({e})"}) for e in solution.expressions]
+        raise AgentflyError(f"golden solutions call 'calculator' or 'python', and this env has only {list(self.tools)}")
+
+
+@dataclass
+class _TurnResult:
+    """What one assistant turn produced (built fresh each step, so it can go into ``info`` as is)."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[ToolCall] = field(default_factory=list)
+    parse_errors: list[str] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    answer: str | None = None
+
+    def add_error(self, text: str, call: ToolCall | None = None) -> None:
+        """Adds an error observation, as a tool message the model reads."""
+        self.messages.append(_tool_message(call, f"Error: {text}"))
+
+
+def _tool_message(call: ToolCall | None, content: str) -> dict[str, Any]:
+    if call is None:
+        return {"role": "tool", "name": "error", "content": content}
+    return {"role": "tool", "name": call.name, "tool_call_id": call.id, "content": content}
+
+
+def _assistant_message(action: Action) -> dict[str, Any]:
+    if isinstance(action, str):
+        return {"role": "assistant", "content": action}
+    return {"role": "assistant", **copy.deepcopy(dict(action))}

@@ -1,0 +1,245 @@
+"""Reward functions: the environments' scoring of a final answer, in a registry keyed by metric name.
+
+Every reward has one signature, ``fn(response, ground_truth) -> RewardResult``: ``response`` is the
+agent's final answer text, ``ground_truth`` the task's reference (a string, or a list of acceptable
+strings for QA). The score is in [0, 1]; ``components`` holds the parts it was computed from, which
+the env reports in ``info["reward_components"]``.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from agentfly_envs.registry import Registry
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    """A score and the named quantities it was computed from.
+
+    Attributes:
+        score: The reward, in [0, 1].
+        components: Named parts of the score (e.g. ``{"f1": 0.5, "precision": 1.0, "recall": 0.33}``).
+    """
+
+    score: float
+    components: dict[str, float] = field(default_factory=dict)
+
+
+GroundTruth = str | Sequence[str]
+RewardFunction = Callable[[str, GroundTruth], RewardResult]
+REWARDS: Registry[RewardFunction] = Registry("reward", where="agentfly_envs/rewards.py")
+
+
+def get_reward(name: str) -> RewardFunction:
+    """Returns the registered reward ``name``; raises ``UnknownNameError`` with close matches."""
+    return REWARDS.get(name)
+
+
+def _references(ground_truth: GroundTruth) -> list[str]:
+    return [ground_truth] if isinstance(ground_truth, str) else [str(g) for g in ground_truth]
+
+
+# ----------------------------------------------------------------------------------------------
+# Math answers
+# ----------------------------------------------------------------------------------------------
+
+_NUMBER = r"[-+]?(?:\$\s?)?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\$?\.\d+"
+_HASHES = re.compile(r"####\s*(.+)")
+_ANSWER_IS = re.compile(
+    r"(?:the\s+(?:final\s+)?answer\s+is|final\s+answer\s*:|answer\s*:)\s*[:=]?\s*\**\s*(" + _NUMBER + ")",
+    re.IGNORECASE,
+)
+_ANY_NUMBER = re.compile(_NUMBER)
+
+
+def last_boxed(text: str) -> str | None:
+    r"""Returns the content of the last ``\boxed{...}`` (or ``\fbox{...}``), braces balanced, or ``None``.
+
+    Example:
+        >>> last_boxed(r"so \boxed{\frac{1}{2}} and finally \boxed{18}")
+        '18'
+    """
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    brace = text.find("{", start)
+    if brace < 0:
+        return None
+    depth = 0
+    for i in range(brace, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[brace + 1 : i].strip()
+    return None
+
+
+def extract_final_answer(text: str) -> str | None:
+    r"""Finds the final answer in a response.
+
+    In order of preference: the last ``\boxed{}``, the text after ``####``, the number after
+    "the answer is" / "final answer:", else the last number in the text.
+
+    Example:
+        >>> extract_final_answer("She makes 9 * 2 = $18 a day. The answer is $18.")
+        '$18'
+        >>> extract_final_answer("No digits here") is None
+        True
+    """
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    hashes = _HASHES.findall(text)
+    if hashes:
+        return hashes[-1].strip()
+    stated = _ANSWER_IS.findall(text)
+    if stated:
+        return stated[-1]
+    numbers = _ANY_NUMBER.findall(text)
+    return numbers[-1] if numbers else None
+
+
+def normalize_number(text: str) -> str:
+    r"""Canonical text of a numeric answer: no ``$``, commas, spaces, units text or trailing zeros.
+
+    Non-numbers are returned lower-cased and stripped, so they can still compare equal as strings.
+
+    Example:
+        >>> [normalize_number(text) for text in ("$1,000.00", "18.0", ".50", "7 apples")]
+        ['1000', '18', '0.5', '7']
+    """
+    cleaned = text.strip().replace("\\$", "").replace("$", "").replace(",", "").replace(" ", "").rstrip(".")
+    cleaned = cleaned.removeprefix("\\text{").removesuffix("}")
+    match = re.match(r"^[-+]?(\d+(\.\d*)?|\.\d+)", cleaned)
+    if match is None:
+        return text.strip().lower()
+    try:
+        value = Decimal(match.group(0))
+    except InvalidOperation:
+        return text.strip().lower()
+    if value == value.to_integral_value():
+        return str(value.quantize(Decimal(1)))
+    return format(value.normalize(), "f")
+
+
+@REWARDS.register("math_reward_string_equal")
+def math_reward_string_equal(response: str, ground_truth: GroundTruth) -> RewardResult:
+    """1.0 when the extracted final answer equals the reference after number normalisation.
+
+    Example:
+        >>> math_reward_string_equal(r"... so she makes \\boxed{\\$18}.", "18").score
+        1.0
+        >>> math_reward_string_equal("I think it is 17", "18")
+        RewardResult(score=0.0, components={'answer_found': 1.0, 'correct': 0.0})
+    """
+    extracted = extract_final_answer(response)
+    if extracted is None:
+        return RewardResult(0.0, {"answer_found": 0.0, "correct": 0.0})
+    predicted = normalize_number(extracted)
+    correct = float(any(predicted == normalize_number(ref) for ref in _references(ground_truth)))
+    return RewardResult(correct, {"answer_found": 1.0, "correct": correct})
+
+
+@REWARDS.register("math_equal")
+def math_equal(response: str, ground_truth: GroundTruth) -> RewardResult:
+    r"""1.0 when the response's answer is symbolically equal to the reference (math-verify).
+
+    Handles LaTeX (``\frac{1}{2}`` = ``0.5``), sets and intervals, and plain expressions.
+
+    Example:
+        >>> math_equal(r"The answer is $\boxed{\frac{1}{2}}$", "0.5").score
+        1.0
+    """
+    import math_verify  # lazy: sympy takes ~0.5 s to import
+
+    # math-verify's timeouts use SIGALRM, which only the main thread may set.
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    predicted = math_verify.parse(response, parsing_timeout=timeout)
+    found = float(bool(predicted))
+    correct = 0.0
+    for reference in _references(ground_truth):
+        gold = math_verify.parse(reference if "$" in reference else f"${reference}$", parsing_timeout=timeout)
+        if found and gold and math_verify.verify(gold, predicted, timeout_seconds=timeout):
+            correct = 1.0
+            break
+    return RewardResult(correct, {"answer_found": found, "correct": correct})
+
+
+# ----------------------------------------------------------------------------------------------
+# Question answering (SQuAD-style)
+# ----------------------------------------------------------------------------------------------
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_ANSWER_PREFIX = re.compile(r"(?:final\s+answer|the\s+answer\s+is|answer)\s*[:=]?\s*(.+)", re.IGNORECASE)
+
+
+def normalize_qa_answer(text: str) -> str:
+    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces.
+
+    Example:
+        >>> normalize_qa_answer("The  Eiffel Tower!")
+        'eiffel tower'
+    """
+    text = _ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION))
+    return " ".join(text.split())
+
+
+def extract_qa_answer(response: str) -> str:
+    r"""The answer span of a QA response: ``\boxed{}``, ``<answer>...</answer>``, the text after
+    "answer:" / "the answer is" on the last such line, or else the whole response."""
+    boxed = last_boxed(response)
+    if boxed is not None:
+        return boxed
+    tags = _ANSWER_TAG.findall(response)
+    if tags:
+        return tags[-1]
+    stated = _ANSWER_PREFIX.findall(response)
+    return stated[-1] if stated else response
+
+
+def _f1_parts(predicted: str, reference: str) -> tuple[float, float, float]:
+    predicted_tokens = normalize_qa_answer(predicted).split()
+    reference_tokens = normalize_qa_answer(reference).split()
+    common = collections.Counter(predicted_tokens) & collections.Counter(reference_tokens)
+    overlap = sum(common.values())
+    if not predicted_tokens or not reference_tokens:
+        same = float(predicted_tokens == reference_tokens)
+        return same, same, same
+    if overlap == 0:
+        return 0.0, 0.0, 0.0
+    precision, recall = overlap / len(predicted_tokens), overlap / len(reference_tokens)
+    return 2 * precision * recall / (precision + recall), precision, recall
+
+
+@REWARDS.register("qa_f1_reward")
+def qa_f1_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
+    """Token-level F1 between the answer span and the best-matching reference (SQuAD v1.1).
+
+    Example:
+        >>> qa_f1_reward("The answer is Eiffel Tower in Paris", ["the Eiffel Tower"])
+        RewardResult(score=0.6666666666666666, components={'f1': 0.6666666666666666, 'precision': 0.5, 'recall': 1.0})
+    """
+    predicted = extract_qa_answer(response)
+    f1, precision, recall = max(_f1_parts(predicted, ref) for ref in _references(ground_truth))
+    return RewardResult(f1, {"f1": f1, "precision": precision, "recall": recall})
+
+
+@REWARDS.register("qa_em_reward")
+def qa_em_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
+    """1.0 when the normalised answer span equals a normalised reference (SQuAD exact match).
+
+    Example:
+        >>> qa_em_reward("<answer>the Eiffel Tower.</answer>", ["Eiffel Tower", "La tour Eiffel"]).score
+        1.0
+    """
+    predicted = normalize_qa_answer(extract_qa_answer(response))
+    em = float(any(predicted == normalize_qa_answer(ref) for ref in _references(ground_truth)))
+    return RewardResult(em, {"em": em})

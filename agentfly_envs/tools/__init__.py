@@ -1,0 +1,10 @@
+"""Tools agents can call: each module registers its functions in :data:`TOOLS`.
+
+Built in: ``calculator`` (safe arithmetic), ``python`` (a resource-limited subprocess) and
+``answer`` (submits the final answer and ends the episode).
+"""
+
+from agentfly_envs.tools import answer, calculator, python  # noqa: F401  (registers the tools)
+from agentfly_envs.tools.base import TOOLS, CallStatus, Tool, ToolError, ToolResult, get_tool, register_tool
+
+__all__ = ["TOOLS", "CallStatus", "Tool", "ToolError", "ToolResult", "get_tool", "register_tool"]

@@ -1,0 +1,169 @@
+"""The :class:`Tool` wrapper, the tool registry, and the one place where tool calls are executed.
+
+A tool is a plain typed Python function with a Google-style docstring; the JSON schema the model
+reads is derived from them by ``transformers.utils.get_json_schema``. A tool reports a failure the
+model should see by raising :class:`ToolError`; anything else it raises is caught too, so a tool
+bug becomes an error observation instead of a crashed rollout.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from agentfly_envs.registry import Registry
+
+
+class ToolError(Exception):
+    """Raised by a tool for a failure the model caused and can fix (bad expression, timeout, ...)."""
+
+
+class CallStatus(enum.StrEnum):
+    """How one tool call ended; every value but ``OK`` is counted in ``info["error_counts"]``."""
+
+    OK = "ok"
+    UNKNOWN_TOOL = "unknown_tool"
+    BAD_ARGUMENTS = "bad_arguments"
+    TOOL_ERROR = "tool_error"
+    TOOL_EXCEPTION = "tool_exception"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one call returned.
+
+    Attributes:
+        content: Text shown to the model (already truncated to the env's limit by the caller).
+        status: How the call ended.
+        latency_s: Wall-clock time of the call, in seconds.
+    """
+
+    content: str
+    status: CallStatus
+    latency_s: float
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list, tuple),
+    "object": (dict,),
+}
+
+
+class Tool:
+    """A named, documented function that an agent can call.
+
+    Args:
+        function: The implementation; its signature and docstring define the schema.
+        name: The name the model calls; defaults to ``function.__name__``.
+        ends_episode: Calling this tool ends the episode, and its first argument is the final answer.
+    """
+
+    def __init__(self, function: Callable[..., str], name: str | None = None, ends_episode: bool = False):
+        self.function = function
+        self.name = name or function.__name__
+        self.ends_episode = ends_episode
+
+    @cached_property
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI-style function schema ``{"type": "function", "function": {...}}`` (computed once)."""
+        from transformers.utils import get_json_schema  # lazy: transformers takes ~1 s to import
+
+        schema = get_json_schema(self.function)
+        schema["function"]["name"] = self.name
+        return schema
+
+    def check_arguments(self, arguments: Mapping[str, Any]) -> str | None:
+        """Returns a message describing what is wrong with ``arguments``, or ``None`` if they fit the schema."""
+        properties = self._properties()
+        unknown = [key for key in arguments if key not in properties]
+        required = self.schema["function"].get("parameters", {}).get("required", [])
+        missing = [key for key in required if key not in arguments]
+        if unknown or missing:
+            problems = [f"unknown argument(s) {unknown}"] if unknown else []
+            problems += [f"missing required argument(s) {missing}"] if missing else []
+            expected = ", ".join(f"{key}: {value.get('type', 'any')}" for key, value in properties.items())
+            return f"{'; '.join(problems)}. {self.name} takes ({expected})."
+        for key, value in arguments.items():
+            json_type = properties[key].get("type")
+            allowed = _JSON_TYPES.get(json_type or "")
+            if allowed and (not isinstance(value, allowed) or (json_type != "boolean" and isinstance(value, bool))):
+                return f"argument {key!r} must be a {json_type}, got {type(value).__name__} {value!r:.80}."
+        return None
+
+    def _coerce_numbers_to_strings(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Models often send ``{"answer": 18}`` for a string parameter; pass such numbers on as text."""
+        properties = self._properties()
+        return {
+            key: str(value)
+            if properties.get(key, {}).get("type") == "string"
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            else value
+            for key, value in arguments.items()
+        }
+
+    def _properties(self) -> dict[str, dict[str, Any]]:
+        return self.schema["function"].get("parameters", {}).get("properties", {})
+
+    def __call__(self, arguments: Mapping[str, Any] | str) -> ToolResult:
+        """Validates ``arguments`` and runs the tool; never raises.
+
+        Args:
+            arguments: Keyword arguments decoded from the model's call, or a bare string (ReAct's
+                plain ``Action Input``), which is passed to the tool's only parameter.
+
+        Returns:
+            The result, with ``status`` saying whether the call succeeded.
+        """
+        start = time.perf_counter()
+        if isinstance(arguments, str):
+            if len(self._properties()) != 1:
+                message = f"Error: {self.name} takes {len(self._properties())} arguments; give them as a JSON object."
+                return ToolResult(message, CallStatus.BAD_ARGUMENTS, 0.0)
+            arguments = {next(iter(self._properties())): arguments}
+        arguments = self._coerce_numbers_to_strings(arguments)
+        problem = self.check_arguments(arguments)
+        if problem is not None:
+            return ToolResult(f"Error: bad arguments for {self.name}: {problem}", CallStatus.BAD_ARGUMENTS, 0.0)
+        try:
+            content, status = str(self.function(**arguments)), CallStatus.OK
+        except ToolError as e:
+            content, status = f"Error: {e}", CallStatus.TOOL_ERROR
+        except Exception as e:  # a tool bug must not end the rollout; the model sees what happened
+            content, status = f"Error: {self.name} failed: {type(e).__name__}: {e}", CallStatus.TOOL_EXCEPTION
+        return ToolResult(content, status, time.perf_counter() - start)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+TOOLS: Registry[Tool] = Registry("tool", where="agentfly_envs/tools/")
+
+
+def register_tool(name: str | None = None, ends_episode: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator that registers a function as a :class:`Tool` and returns the function unchanged.
+
+    Args:
+        name: Registry and call name; defaults to the function's name.
+        ends_episode: Whether a call to this tool is the agent's final answer.
+    """
+
+    def decorator(function: Callable[..., str]) -> Callable[..., str]:
+        tool = Tool(function, name=name, ends_episode=ends_episode)
+        TOOLS.add(tool.name, tool)
+        return function
+
+    return decorator
+
+
+def get_tool(name: str) -> Tool:
+    """Returns the registered tool called ``name``; raises ``UnknownNameError`` with close matches."""
+    return TOOLS.get(name)

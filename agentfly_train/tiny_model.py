@@ -1,0 +1,120 @@
+"""A tiny Qwen2-architecture model and a locally trained tokenizer, for offline runs and tests.
+
+Nothing is downloaded: the byte-level BPE tokenizer is trained on text this module generates
+(arithmetic word problems rendered as tool-calling chats), it carries TRL's copy of the Qwen2.5
+chat template (so tool calls render and parse exactly as for Qwen2.5), and the model is built
+from a config with random weights.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+"""Control tokens, as in Qwen2.5 (skipped when decoding with ``skip_special_tokens``)."""
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+"""Single tokens for the tool-call tags, kept in decoded text like Qwen2.5's."""
+
+
+def _training_corpus(num_problems: int) -> Iterator[str]:
+    import gymnasium as gym
+
+    import agentfly_envs  # noqa: F401  (registers the envs)
+
+    env = gym.make("agentfly/Arith-Calc", level="hard", max_turns=8)
+    for index in range(num_problems):
+        _, info = env.reset(options={"index": index})
+        yield from (m["content"] for m in info["messages"])
+        for action in env.unwrapped.golden_actions():
+            observation, *_ = env.step(action)
+            yield action
+            yield observation
+    yield json.dumps([tool["function"] for tool in info["tools"]])
+    env.close()
+
+
+def build_tokenizer(vocab_size: int = 1024, num_problems: int = 300):
+    """Trains a byte-level BPE tokenizer with the Qwen2.5 chat template.
+
+    Args:
+        vocab_size: Target vocabulary size, special tokens included.
+        num_problems: Generated problems in the training corpus.
+
+    Returns:
+        A ``transformers.PreTrainedTokenizerFast`` with ``eos_token="<|im_end|>"``,
+        ``pad_token="<|endoftext|>"`` and left padding (what TRL's GRPO expects).
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_training_corpus(num_problems), trainer=trainer)
+    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in TOOL_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        padding_side="left",
+        chat_template=qwen2_5_chat_template,
+    )
+
+
+def build_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0):
+    """A randomly initialised ``Qwen2ForCausalLM`` sized for CPU tests.
+
+    Args:
+        tokenizer: Its vocabulary size and special token ids configure the model.
+        hidden_size: Width of the residual stream.
+        num_layers: Transformer blocks.
+        num_heads: Attention heads (key/value heads are half as many).
+        seed: Seed of the weight initialisation.
+
+    Returns:
+        The model, in float32, with ``generation_config`` stopping on ``<|im_end|>``.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=max(num_heads // 2, 1),
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def build_tiny_checkpoint(directory: str | Path, **model_kwargs) -> Path:
+    """Builds the tokenizer and model and saves both to ``directory`` (loadable with ``from_pretrained``).
+
+    Returns:
+        ``directory`` as a ``Path``.
+    """
+    directory = Path(directory)
+    tokenizer = build_tokenizer()
+    build_model(tokenizer, **model_kwargs).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

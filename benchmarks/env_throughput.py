@@ -1,0 +1,193 @@
+"""Env throughput: replays golden demonstrations through GSM8K-Calc and Arith-Calc.
+
+Prints, for each env: env steps/s and episodes/s in one process and with ``make_vec`` async over
+several workers, the calculator calls/s inside those steps, the fraction of golden episodes that
+score 1.0, and how often the calculator reproduces the dataset's ``<<expr=value>>`` annotation.
+Speeds are also given as ratios to a baseline measured in the same run (bare ``calculator()``
+calls in a tight loop), because absolute timings on a shared machine are noisy.
+
+    python benchmarks/env_throughput.py --gsm8k ../shared/data/gsm8k/test.jsonl --workers 2
+
+Without ``--gsm8k`` only Arith-Calc runs (it needs no data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+
+import agentfly_envs  # noqa: F401  (registers the envs)
+from agentfly_envs.tools import ToolError
+from agentfly_envs.tools.calculator import calculator
+
+
+@dataclass
+class ReplayStats:
+    """Counts and wall time of one replay run."""
+
+    steps: int = 0
+    calculator_calls: int = 0
+    episodes: int = 0
+    solved: int = 0
+    annotation_matches: int = 0
+    annotations: int = 0
+    seconds: float = 0.0
+
+    def row(self) -> dict[str, float]:
+        return {
+            "env_steps_per_s": self.steps / self.seconds,
+            "calculator_calls_per_s": self.calculator_calls / self.seconds,
+            "episodes_per_s": self.episodes / self.seconds,
+            "golden_solved": self.solved / max(self.episodes, 1),
+        }
+
+
+def _matches_annotation(output: str, annotated: str) -> bool:
+    """Whether the calculator's output equals the annotation at the annotation's printed precision."""
+    try:
+        value, expected = float(output), float(annotated.replace(",", "").rstrip("."))
+    except ValueError:
+        return output.strip() == annotated.strip()
+    decimals = len(annotated.partition(".")[2]) if "." in annotated else 0
+    return math.isclose(round(value, decimals), expected, rel_tol=1e-9, abs_tol=10**-decimals / 2)
+
+
+def baseline_calculator_calls_per_s(expressions: Sequence[str], seconds: float = 1.0) -> float:
+    """Bare ``calculator(expression)`` calls per second over ``expressions`` (the same-run baseline)."""
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for expression in expressions:
+            with contextlib.suppress(ToolError):
+                calculator(expression)
+        calls += len(expressions)
+    return calls / (time.perf_counter() - start)
+
+
+def replay_single(env_id: str, num_episodes: int, **kwargs) -> ReplayStats:
+    """Replays golden episodes of tasks 0..num_episodes-1 in one env; times only reset/step."""
+    env = gym.make(env_id, **kwargs)
+    num_episodes = min(num_episodes, len(env.unwrapped.tasks))
+    plans = []
+    for index in range(num_episodes):
+        row = env.unwrapped.tasks.row(index)
+        plans.append((index, env.unwrapped.golden_actions(row), env.unwrapped.tasks.golden(row).results))
+    stats = ReplayStats()
+    start = time.perf_counter()
+    for index, actions, _ in plans:
+        env.reset(options={"index": index})
+        for action in actions:
+            _, reward, _, _, info = env.step(action)
+            stats.steps += 1
+            stats.calculator_calls += len(info["tool_calls"])
+        stats.episodes += 1
+        stats.solved += reward == 1.0
+    stats.seconds = time.perf_counter() - start
+    for index, _, results in plans:  # correctness of the calculator outputs, not timed
+        row = env.unwrapped.tasks.row(index)
+        expressions = env.unwrapped.tasks.golden(row).expressions
+        for expression, annotated in zip(expressions, results, strict=True):
+            stats.annotations += 1
+            stats.annotation_matches += _matches_annotation(calculator(expression), annotated)
+    env.close()
+    return stats
+
+
+def replay_vector(env_id: str, num_envs: int, num_steps: int, mode: str = "async", **kwargs) -> ReplayStats:
+    """Steps ``make_vec(..., "async")`` for ``num_steps`` batched steps, every sub-env following the
+    golden plan of whatever task it drew (Gymnasium's next-step autoreset)."""
+    planner = gym.make(env_id, **kwargs).unwrapped
+    envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
+    _, infos = envs.reset(seed=0)
+
+    def plan(i: int) -> list:
+        return list(planner.golden_actions(planner.tasks.row(int(infos["task_index"][i]))))
+
+    plans = [plan(i) for i in range(num_envs)]
+    stats = ReplayStats()
+    start = time.perf_counter()
+    for _ in range(num_steps):
+        actions = [plan.pop(0) if plan else "" for plan in plans]
+        _, rewards, terminated, truncated, infos = envs.step(actions)
+        for i in range(num_envs):
+            if "task_index" in infos and infos["_task_index"][i]:  # this sub-env was just reset
+                plans[i] = plan(i)
+                continue
+            stats.steps += 1
+            stats.calculator_calls += len(infos["tool_calls"][i])
+            if terminated[i] or truncated[i]:
+                stats.episodes += 1
+                stats.solved += rewards[i] == 1.0
+    stats.seconds = time.perf_counter() - start
+    envs.close()
+    return stats
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gsm8k", help="GSM8K-format JSONL/JSON/parquet file (e.g. ../shared/data/gsm8k/test.jsonl)")
+    parser.add_argument("--arith-episodes", type=int, default=2000, help="Arith-Calc episodes to replay")
+    parser.add_argument("--workers", type=int, default=2, help="sub-envs of the vector envs")
+    parser.add_argument("--vector-steps", type=int, default=1000, help="batched steps of each vector env")
+    parser.add_argument("--python-episodes", type=int, default=20, help="episodes of the python-tool run (0: skip)")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+
+    # (label, env id, make kwargs, golden episodes in one env, batched vector steps)
+    runs = [("Arith-Calc (hard)", "agentfly/Arith-Calc", {"level": "hard"}, args.arith_episodes, args.vector_steps)]
+    if args.gsm8k:
+        runs.append(("GSM8K-Calc", "agentfly/GSM8K-Calc", {"data_files": args.gsm8k}, 10**9, args.vector_steps))
+    if args.python_episodes:
+        slow = {"level": "hard", "tools": ("python",)}
+        runs.append(("Arith, python tool", "agentfly/Arith-Calc", slow, args.python_episodes, 4 * args.python_episodes))
+    results = {}
+    for label, env_id, kwargs, episodes, vector_steps in runs:
+        single = replay_single(env_id, episodes, **kwargs)
+        planner = gym.make(env_id, **kwargs).unwrapped
+        rows = [planner.tasks.row(i) for i in range(min(200, len(planner.tasks)))]
+        baseline = baseline_calculator_calls_per_s([e for row in rows for e in planner.tasks.golden(row).expressions])
+        result = {
+            "env_id": env_id,
+            "kwargs": kwargs,
+            "episodes": single.episodes,
+            "annotations": single.annotations,
+            "baseline_bare_calculator_calls_per_s": baseline,
+            "single": single.row(),
+            "calculator_matches_annotation": single.annotation_matches / max(single.annotations, 1),
+        }
+        for mode in ("sync", "async"):
+            vector = replay_vector(env_id, args.workers, vector_steps, mode=mode, **kwargs)
+            result[f"{mode}_x{args.workers}"] = vector.row()
+        results[label] = result
+
+    for label, result in results.items():
+        print(f"\n{label}: {result['episodes']} golden episodes, {result['annotations']} calculator annotations")
+        single_steps = result["single"]["env_steps_per_s"]
+        for mode in ("single", f"sync_x{args.workers}", f"async_x{args.workers}"):
+            row = result[mode]
+            print(
+                f"  {mode:>8}: {row['env_steps_per_s']:8.0f} env steps/s "
+                f"({row['env_steps_per_s'] / single_steps:4.2f}x single) "
+                f"{row['calculator_calls_per_s']:8.0f} tool calls/s {row['episodes_per_s']:7.1f} episodes/s  "
+                f"golden solved {row['golden_solved']:.4f}"
+            )
+        ratio = result["single"]["calculator_calls_per_s"] / result["baseline_bare_calculator_calls_per_s"]
+        print(
+            f"  baseline, bare calculator() calls: {result['baseline_bare_calculator_calls_per_s']:.0f}/s "
+            f"(env tool calls/s = {ratio:.2f}x baseline); "
+            f"calculator = annotation on {result['calculator_matches_annotation']:.4f} of calls"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2, default=float)
+    return results
+
+
+if __name__ == "__main__":
+    main()

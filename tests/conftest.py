@@ -1,0 +1,30 @@
+"""Shared fixtures. Tests never touch the network: the Hub is switched off for the whole session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+GSM8K_SAMPLE = REPO_ROOT / "data" / "gsm8k_sample.jsonl"
+
+
+@pytest.fixture(scope="session")
+def gsm8k_sample() -> Path:
+    """The project's 12-row GSM8K-format file."""
+    return GSM8K_SAMPLE
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """The locally trained tokenizer with the Qwen2.5 chat template (built once per session)."""
+    pytest.importorskip("torch")
+    from agentfly_train.tiny_model import build_tokenizer
+
+    return build_tokenizer()

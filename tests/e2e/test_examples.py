@@ -1,0 +1,60 @@
+"""Each example and benchmark script runs end to end with a tiny budget."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+
+def run_script(*args: str, timeout: int = 600) -> str:
+    result = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout, check=False
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_env_demo_main_job():
+    out = run_script("-m", "agentfly_envs", "--episodes", "50")
+    assert "--- a golden episode ---" in out and "[tool] Error: unknown tool 'calculater'" in out
+    assert "50 golden episodes: 100.0% solved" in out
+
+
+def test_gymnasium_loop_golden_policy(gsm8k_sample):
+    out = run_script(
+        "examples/gymnasium_loop.py", "--env-id", "agentfly/GSM8K-Calc", "--data-files", str(gsm8k_sample),
+        "--episodes", "4",
+    )  # fmt: skip
+    assert "mean return over 4 episodes: 1.000" in out
+
+
+@pytest.mark.slow
+def test_gymnasium_loop_hf_policy_with_tiny_model():
+    pytest.importorskip("torch")
+    out = run_script("examples/gymnasium_loop.py", "--policy", "hf", "--episodes", "2", "--max-turns", "2",
+                     "--max-new-tokens", "16")  # fmt: skip
+    assert "mean return over 2 episodes" in out
+
+
+@pytest.mark.slow
+def test_stock_trl_example(tmp_path):
+    pytest.importorskip("trl")
+    out = run_script("examples/trl_grpo.py", "grpo.max_steps=1", f"grpo.output_dir={tmp_path}", "env.num_rows=4")
+    assert "rewards/ArithCalcTRLEnvironment/mean" in out
+
+
+def test_env_throughput_benchmark(tmp_path, gsm8k_sample):
+    result_file = tmp_path / "bench.json"
+    out = run_script(
+        "benchmarks/env_throughput.py", "--gsm8k", str(gsm8k_sample), "--arith-episodes", "50",
+        "--vector-steps", "20", "--python-episodes", "1", "--json", str(result_file),
+    )  # fmt: skip
+    results = json.loads(result_file.read_text())
+    assert set(results) == {"Arith-Calc (hard)", "GSM8K-Calc", "Arith, python tool"}
+    assert results["GSM8K-Calc"]["single"]["golden_solved"] == 1.0
+    assert results["GSM8K-Calc"]["calculator_matches_annotation"] == 1.0
+    assert results["Arith-Calc (hard)"]["single"]["env_steps_per_s"] > 0
+    assert "env steps/s" in out

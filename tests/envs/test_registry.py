@@ -1,0 +1,38 @@
+import pytest
+
+from agentfly_envs import PARSERS, REWARDS, TASKS, TOOLS
+from agentfly_envs.errors import DuplicateRegistrationError, UnknownNameError
+from agentfly_envs.registry import Registry
+
+
+def test_get_returns_registered_entry_and_iterates_sorted():
+    registry = Registry("widget", where="here")
+    registry.add("b", 2)
+    registry.add("a", 1)
+    assert registry.get("a") == 1
+    assert list(registry) == ["a", "b"]
+    assert "b" in registry and "c" not in registry
+    assert len(registry) == 2
+
+
+def test_duplicate_name_raises():
+    registry = Registry("widget", where="here")
+    registry.add("a", 1)
+    with pytest.raises(DuplicateRegistrationError, match="'a' is already registered"):
+        registry.add("a", 2)
+
+
+def test_unknown_name_suggests_close_match_and_lists_known():
+    with pytest.raises(UnknownNameError) as error:
+        REWARDS.get("math_reward_string_eq")
+    message = str(error.value)
+    assert "did you mean 'math_reward_string_equal'" in message
+    assert "qa_f1_reward" in message
+    assert isinstance(error.value, KeyError)
+
+
+def test_builtin_registries_hold_what_the_readme_lists():
+    assert set(TOOLS) == {"answer", "calculator", "python"}
+    assert set(PARSERS) == {"code", "hermes", "react", "tool_calls"}
+    assert set(REWARDS) == {"math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward"}
+    assert set(TASKS) == {"arithmetic", "gsm8k"}

@@ -1,0 +1,85 @@
+import pytest
+
+from agentfly_envs import TOOLS, Tool, ToolError, register_tool
+from agentfly_envs.errors import DuplicateRegistrationError
+from agentfly_envs.tools import CallStatus, get_tool
+
+
+def _scale(value: float, factor: int = 2, label: str = "x") -> str:
+    """Scale a value.
+
+    Args:
+        value: The value.
+        factor: The factor.
+        label: A label.
+    """
+    if factor < 0:
+        raise ToolError("factor must be >= 0")
+    if factor == 13:
+        raise RuntimeError("unlucky")
+    return f"{label}={value * factor}"
+
+
+SCALE = Tool(_scale, name="scale")
+
+
+def test_valid_call_runs_and_times():
+    result = SCALE({"value": 1.5, "factor": 3})
+    assert (result.content, result.status) == ("x=4.5", CallStatus.OK)
+    assert result.latency_s >= 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        ({}, "missing required argument(s) ['value']. scale takes (value: number, factor: integer, label: string)"),
+        ({"value": 1, "size": 2}, "unknown argument(s) ['size']"),
+        ({"value": "one"}, "argument 'value' must be a number, got str"),
+        ({"value": 1, "factor": 2.5}, "argument 'factor' must be a integer"),
+        ({"value": True}, "must be a number, got bool"),
+        ("1.5", "takes 3 arguments; give them as a JSON object"),
+    ],
+)
+def test_bad_arguments_become_error_results(arguments, fragment):
+    result = SCALE(arguments)
+    assert result.status is CallStatus.BAD_ARGUMENTS
+    assert fragment in result.content
+
+
+def test_numbers_for_string_parameters_are_passed_as_text():
+    assert SCALE({"value": 1, "label": 7}).content == "7=2"
+
+
+def test_tool_error_and_tool_crash_are_caught():
+    assert SCALE({"value": 1, "factor": -1}).status is CallStatus.TOOL_ERROR
+    crashed = SCALE({"value": 1, "factor": 13})
+    assert crashed.status is CallStatus.TOOL_EXCEPTION
+    assert "RuntimeError: unlucky" in crashed.content
+
+
+def test_bare_string_goes_to_the_only_parameter():
+    assert get_tool("calculator")("6*7").content == "42"
+
+
+def test_register_tool_adds_to_registry_and_rejects_duplicates():
+    @register_tool(name="test_echo_tool")
+    def echo(text: str) -> str:
+        """Echo text.
+
+        Args:
+            text: Text to echo.
+        """
+        return text
+
+    try:
+        assert get_tool("test_echo_tool")({"text": "hi"}).content == "hi"
+        with pytest.raises(DuplicateRegistrationError):
+            register_tool(name="test_echo_tool")(echo)
+    finally:
+        TOOLS._entries.pop("test_echo_tool")
+
+
+def test_answer_tool_ends_episode_and_returns_answer():
+    tool = get_tool("answer")
+    assert tool.ends_episode
+    assert tool({"answer": 18}).content == "18"
