@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import inspect
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -61,7 +62,6 @@ class _Episode:
     """Mutable state of the current episode (never handed out; copies go into ``info``)."""
 
     row: Row
-    index: int | None
     ground_truth: Any
     messages: list[dict[str, Any]]
     turn: int = 0
@@ -103,6 +103,16 @@ class ToolEnv(gym.Env[str, Action]):
     ``task`` (the row), ``task_index``. Info of ``step``: ``messages`` (new role-``tool`` messages),
     ``tool_calls`` (OpenAI-style), ``parse_errors``, ``tool_latency_s``, ``error_counts`` (this episode),
     ``turn``, ``answer`` (the scored text, on termination) and ``reward_components``.
+
+    Example:
+        >>> env = ToolEnv(task="arithmetic", level="easy")
+        >>> observation, info = env.reset(options={"index": 0})
+        >>> observation
+        'Uma has 6 boxes with 7 books in each box. Uma then gets 17 more books. How many books does Uma have now?'
+        >>> env.step('<tool_call>{"name": "calculator", "arguments": {"expression": "6*7+17"}}</tool_call>')[:4]
+        ('59', 0.0, False, False)
+        >>> env.step("Uma has \\boxed{59} books.")[:4]
+        ('', 1.0, True, False)
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -128,7 +138,7 @@ class ToolEnv(gym.Env[str, Action]):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'ansi'")
         if isinstance(tools, str):
             raise TypeError(f"tools must be a sequence of tool names, e.g. ({tools!r},), not a string")
-        self.tasks: TaskSource = task if isinstance(task, TaskSource) else get_task_source(task)(**task_kwargs)
+        self.tasks: TaskSource = task if isinstance(task, TaskSource) else _make_task_source(task, task_kwargs)
         self.tools: dict[str, Tool] = {tool.name: tool for tool in map(get_tool, tools)}
         self.parser: Parser = get_parser(parser)
         self.reward_fn: RewardFunction = get_reward(reward)
@@ -175,7 +185,7 @@ class ToolEnv(gym.Env[str, Action]):
             {"role": "system", "content": self._system_prompt},
             {"role": "user", "content": user_prompt},
         ]
-        self._episode = _Episode(row=row, index=index, ground_truth=self.tasks.ground_truth(row), messages=messages)
+        self._episode = _Episode(row=row, ground_truth=self.tasks.ground_truth(row), messages=messages)
         info = {
             "messages": [dict(message) for message in messages],
             "tools": json.loads(self._schemas_json),
@@ -273,11 +283,11 @@ class ToolEnv(gym.Env[str, Action]):
 
     def _run_turn(self, action: Action, episode: _Episode) -> _TurnResult:
         turn = _TurnResult()
-        if isinstance(action, str) and len(action) > self.max_action_chars:
+        size = len(action) if isinstance(action, str) else len(json.dumps(action, default=str, ensure_ascii=False))
+        if size > self.max_action_chars:
             episode.error_counts["action_too_long"] += 1
             turn.add_error(
-                f"your turn was {len(action)} characters long; the limit is {self.max_action_chars}. "
-                "Write a shorter turn."
+                f"your turn was {size} characters long; the limit is {self.max_action_chars}. Write a shorter turn."
             )
             return turn
         parsed: ParseResult = self.parser.parse(action)
@@ -374,6 +384,21 @@ class _TurnResult:
     def add_error(self, text: str, call: ToolCall | None = None) -> None:
         """Adds an error observation, as a tool message the model reads."""
         self.messages.append(_tool_message(call, f"Error: {text}"))
+
+
+def _make_task_source(name: str, task_kwargs: dict[str, Any]) -> TaskSource:
+    """Builds the named task source; an unknown kwarg raises a ``TypeError`` naming close matches."""
+    source = get_task_source(name)
+    task_params = [p for p in inspect.signature(source).parameters if p != "self"]
+    unknown = [key for key in task_kwargs if key not in task_params]
+    if unknown:
+        env_params = [p for p in inspect.signature(ToolEnv).parameters if p != "task_kwargs"]
+        guesses = {key: difflib.get_close_matches(key, task_params + env_params, n=1) for key in unknown}
+        hints = "".join(f" Did you mean {close[0]!r} for {key!r}?" for key, close in guesses.items() if close)
+        raise TypeError(
+            f"unknown env kwarg(s) {unknown}.{hints} ToolEnv takes {env_params}; task {name!r} takes {task_params}."
+        )
+    return source(**task_kwargs)
 
 
 def _tool_message(call: ToolCall | None, content: str) -> dict[str, Any]:

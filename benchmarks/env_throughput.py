@@ -59,6 +59,11 @@ def _matches_annotation(output: str, annotated: str) -> bool:
     return math.isclose(round(value, decimals), expected, rel_tol=1e-9, abs_tol=10**-decimals / 2)
 
 
+def median_run(runs: list[ReplayStats]) -> ReplayStats:
+    """The run with the median env steps/s (repeats damp the noise of a shared machine)."""
+    return sorted(runs, key=lambda run: run.steps / run.seconds)[len(runs) // 2]
+
+
 def baseline_calculator_calls_per_s(expressions: Sequence[str], seconds: float = 1.0) -> float:
     """Bare ``calculator(expression)`` calls per second over ``expressions`` (the same-run baseline)."""
     calls, start = 0, time.perf_counter()
@@ -129,6 +134,25 @@ def replay_vector(env_id: str, num_envs: int, num_steps: int, mode: str = "async
     return stats
 
 
+def markdown_table(results: dict, workers: int) -> str:
+    """The results as the README's table (one row per run and mode)."""
+    lines = [
+        "| run | mode | env steps/s | tool calls/s | episodes/s | golden episodes scoring 1.0 |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for label, result in results.items():
+        for mode, name in (("single", "one env"), (f"sync_x{workers}", f"`make_vec` sync ×{workers}"),
+                           (f"async_x{workers}", f"`make_vec` async ×{workers}")):  # fmt: skip
+            row = result[mode]
+            solved = f"{row['golden_solved']:.2%}"
+            first = f"{label} ({result['episodes']} episodes)" if mode == "single" else ""
+            lines.append(
+                f"| {first} | {name} | {row['env_steps_per_s']:,.0f} | {row['calculator_calls_per_s']:,.0f} | "
+                f"{row['episodes_per_s']:,.1f} | {solved} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gsm8k", help="GSM8K-format JSONL/JSON/parquet file (e.g. ../shared/data/gsm8k/test.jsonl)")
@@ -136,22 +160,28 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--workers", type=int, default=2, help="sub-envs of the vector envs")
     parser.add_argument("--vector-steps", type=int, default=1000, help="batched steps of each vector env")
     parser.add_argument("--python-episodes", type=int, default=20, help="episodes of the python-tool run (0: skip)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure; the median is reported")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
 
-    # (label, env id, make kwargs, golden episodes in one env, batched vector steps)
-    runs = [("Arith-Calc (hard)", "agentfly/Arith-Calc", {"level": "hard"}, args.arith_episodes, args.vector_steps)]
+    # (label, env id, make kwargs, golden episodes in one env, batched vector steps, repeats)
+    arith, repeats = {"level": "hard"}, args.repeats
+    runs = [("Arith-Calc (hard)", "agentfly/Arith-Calc", arith, args.arith_episodes, args.vector_steps, repeats)]
     if args.gsm8k:
-        runs.append(("GSM8K-Calc", "agentfly/GSM8K-Calc", {"data_files": args.gsm8k}, 10**9, args.vector_steps))
+        gsm8k = {"data_files": args.gsm8k}
+        runs.append(("GSM8K-Calc", "agentfly/GSM8K-Calc", gsm8k, 10**9, args.vector_steps, repeats))
     if args.python_episodes:
         slow = {"level": "hard", "tools": ("python",)}
-        runs.append(("Arith, python tool", "agentfly/Arith-Calc", slow, args.python_episodes, 4 * args.python_episodes))
+        runs.append(
+            ("Arith, python tool", "agentfly/Arith-Calc", slow, args.python_episodes, 4 * args.python_episodes, 1)
+        )
     results = {}
-    for label, env_id, kwargs, episodes, vector_steps in runs:
-        single = replay_single(env_id, episodes, **kwargs)
+    for label, env_id, kwargs, episodes, vector_steps, repeats in runs:
+        single = median_run([replay_single(env_id, episodes, **kwargs) for _ in range(repeats)])
         planner = gym.make(env_id, **kwargs).unwrapped
         rows = [planner.tasks.row(i) for i in range(min(200, len(planner.tasks)))]
-        baseline = baseline_calculator_calls_per_s([e for row in rows for e in planner.tasks.golden(row).expressions])
+        expressions = [e for row in rows for e in planner.tasks.golden(row).expressions]
+        baseline = sorted(baseline_calculator_calls_per_s(expressions, 0.5) for _ in range(repeats))[repeats // 2]
         result = {
             "env_id": env_id,
             "kwargs": kwargs,
@@ -160,9 +190,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
             "baseline_bare_calculator_calls_per_s": baseline,
             "single": single.row(),
             "calculator_matches_annotation": single.annotation_matches / max(single.annotations, 1),
+            "repeats": repeats,
         }
         for mode in ("sync", "async"):
-            vector = replay_vector(env_id, args.workers, vector_steps, mode=mode, **kwargs)
+            vector = median_run(
+                [replay_vector(env_id, args.workers, vector_steps, mode=mode, **kwargs) for _ in range(repeats)]
+            )
             result[f"{mode}_x{args.workers}"] = vector.row()
         results[label] = result
 
@@ -183,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             f"(env tool calls/s = {ratio:.2f}x baseline); "
             f"calculator = annotation on {result['calculator_matches_annotation']:.4f} of calls"
         )
+    print("\n" + markdown_table(results, args.workers))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2, default=float)

@@ -28,7 +28,8 @@ OUTPUT_LIMIT_BYTES = 1 << 20
 
 
 # The child sets its own limits before running the code (no preexec_fn: it is unsafe in threaded
-# parents such as a trainer), then runs the code as __main__ with the code's own filename in tracebacks.
+# parents such as a trainer), then runs the code (read from a file: argv is limited to 128 KiB) as
+# __main__, with its own filename in tracebacks.
 _BOOTSTRAP = f"""
 import resource, sys
 for limit, value in (
@@ -38,7 +39,8 @@ for limit, value in (
     (resource.RLIMIT_CORE, 0),
 ):
     resource.setrlimit(limit, (value, value))
-code = sys.argv[1]
+with open(sys.argv[1], encoding="utf-8") as source:
+    code = source.read()
 del sys.argv[1]
 exec(compile(code, "<agent code>", "exec"), {{"__name__": "__main__"}})
 """
@@ -59,11 +61,14 @@ def python(code: str) -> str:
     """
     if "\x00" in code:
         raise ToolError("code contains a NUL character")
-    with tempfile.TemporaryDirectory(prefix="agentfly-py-") as workdir:
-        output_path = os.path.join(workdir, ".output")
+    with tempfile.TemporaryDirectory(prefix="agentfly-py-") as scratch:
+        workdir, code_path, output_path = (os.path.join(scratch, name) for name in ("cwd", "code.py", "output"))
+        os.mkdir(workdir)
+        with open(code_path, "w", encoding="utf-8", errors="surrogatepass") as source:
+            source.write(code)
         with open(output_path, "wb") as output:
             process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOTSTRAP, code],
+                [sys.executable, "-I", "-c", _BOOTSTRAP, code_path],
                 cwd=workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=output,

@@ -50,7 +50,7 @@ def test_env_throughput_benchmark(tmp_path, gsm8k_sample):
     result_file = tmp_path / "bench.json"
     out = run_script(
         "benchmarks/env_throughput.py", "--gsm8k", str(gsm8k_sample), "--arith-episodes", "50",
-        "--vector-steps", "20", "--python-episodes", "1", "--json", str(result_file),
+        "--vector-steps", "20", "--python-episodes", "1", "--repeats", "1", "--json", str(result_file),
     )  # fmt: skip
     results = json.loads(result_file.read_text())
     assert set(results) == {"Arith-Calc (hard)", "GSM8K-Calc", "Arith, python tool"}

@@ -26,7 +26,7 @@ def test_every_id_is_registered_with_gymnasium():
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_check_env_passes(env_id, make_kwargs):
     env = gym.make(env_id, **make_kwargs.get(env_id, {}))
-    check_env(env.unwrapped, skip_render_check=True)
+    check_env(env.unwrapped)
     env.close()
 
 

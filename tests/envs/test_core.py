@@ -84,6 +84,13 @@ def test_turn_budget_truncates_with_truncation_reward():
         env.step("\\boxed{12}")
 
 
+def test_unknown_kwarg_suggests_the_close_one(gsm8k_sample):
+    with pytest.raises(TypeError, match="Did you mean 'data_files' for 'dat_files'"):
+        gym.make("agentfly/GSM8K-Calc", dat_files=str(gsm8k_sample))
+    with pytest.raises(TypeError, match="Did you mean 'max_turns'"):
+        gym.make("agentfly/Arith-Calc", max_turn=3)
+
+
 def test_step_before_reset_and_bad_action_type():
     env = ToolEnv()
     with pytest.raises(ResetNeeded):
@@ -123,6 +130,23 @@ def test_agent_mistakes_become_observations_and_counts(env, action, kind, fragme
     assert info["error_counts"][kind] >= 1
     assert set(info["error_counts"]) == set(ERROR_KINDS)
     assert all(m["role"] == "tool" for m in info["messages"])
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        "7" * 10_000_000,
+        {"role": "assistant", "content": "7" * 10_000_000},
+        {"role": "assistant", "tool_calls": [{"function": {"name": "python", "arguments": {"code": "1" * 10**7}}}]},
+    ],
+    ids=["text", "message", "tool_call"],
+)
+def test_ten_megabyte_actions_are_rejected_cheaply(env, action):
+    env.reset(options={"task": ROW})
+    observation, reward, terminated, truncated, info = env.step(action)
+    assert not truncated
+    assert "10000" in observation and "the limit is 32768" in observation
+    assert info["error_counts"]["action_too_long"] == 1 and not terminated and reward == 0.0
 
 
 def test_error_counts_accumulate_over_the_episode(env):
@@ -178,13 +202,18 @@ def test_render_ansi_shows_the_transcript():
     assert "[user] Ava has 3 bags" in text and "[tool] 12" in text
 
 
-@pytest.mark.parametrize("parser", sorted(PARSERS))
-@pytest.mark.parametrize("tools", [("calculator",), ("calculator", "answer"), ("python",)])
+GOLDEN_SETUPS = [
+    *[
+        (parser, tools)
+        for parser in ("hermes", "react", "tool_calls")
+        for tools in (("calculator",), ("calculator", "answer"))
+    ],
+    ("code", ("python",)),  # the code format writes golden steps as print(expression) blocks
+]
+
+
+@pytest.mark.parametrize(("parser", "tools"), GOLDEN_SETUPS)
 def test_golden_replay_on_gsm8k_fixture_scores_one(gsm8k_sample, parser, tools):
-    if "python" in tools and parser != "code":
-        pytest.skip("python golden calls are written as code blocks")
-    if parser == "code" and "python" not in tools:
-        pytest.skip("the code format only writes python calls")
     env = gym.make("agentfly/GSM8K-Calc", data_files=str(gsm8k_sample), parser=parser, tools=tools)
     rows = range(len(env.unwrapped.tasks)) if "python" not in tools else range(3)  # python calls cost ~30 ms
     for index in rows:

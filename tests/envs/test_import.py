@@ -43,3 +43,13 @@ def test_gsm8k_module_qualified_id_with_data_files(gsm8k_sample):
         "print(len(env.unwrapped.tasks))"
     )
     assert out.endswith("12")
+
+
+def test_base_dependencies_pull_no_torch():
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    base = " ".join(project["dependencies"]).lower()
+    for heavy in ("torch", "trl", "accelerate", "vllm", "peft"):
+        assert heavy not in base, heavy
+    assert any(requirement.startswith("torch") for requirement in project["optional-dependencies"]["train"])

@@ -15,7 +15,12 @@ def test_runs_code_in_a_subprocess_and_returns_output():
 
 
 def test_runs_in_an_empty_temporary_directory():
-    assert PYTHON({"code": "import os; print(os.listdir('.'))"}).content.strip() == "['.output']"
+    assert PYTHON({"code": "import os; print(os.listdir('.'))"}).content.strip() == "[]"
+
+
+def test_large_programs_are_passed_whole():
+    code = "x = 0\n" + "x += 1\n" * 100_000 + "print(x)"  # ~700 kB, beyond the 128 KiB argv limit
+    assert PYTHON({"code": code}).content == "100000\n"
 
 
 def test_exception_traceback_is_returned():
