@@ -105,14 +105,16 @@ def replay_single(env_id: str, num_episodes: int, **kwargs) -> ReplayStats:
 
 
 def replay_vector(env_id: str, num_envs: int, num_steps: int, mode: str = "async", **kwargs) -> ReplayStats:
-    """Steps ``make_vec(..., "async")`` for ``num_steps`` batched steps, every sub-env following the
-    golden plan of whatever task it drew (Gymnasium's next-step autoreset)."""
+    """Steps ``make_vec(..., mode)`` for ``num_steps`` batched steps, every sub-env following the
+    golden plan of whatever task it drew (Gymnasium's next-step autoreset). Plans for every task
+    are written before the clock starts, so the timed loop is the vector env plus list lookups."""
     planner = gym.make(env_id, **kwargs).unwrapped
+    golden = [planner.golden_actions(planner.tasks.row(index)) for index in range(len(planner.tasks))]
     envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
     _, infos = envs.reset(seed=0)
 
     def plan(i: int) -> list:
-        return list(planner.golden_actions(planner.tasks.row(int(infos["task_index"][i]))))
+        return list(golden[int(infos["task_index"][i])])
 
     plans = [plan(i) for i in range(num_envs)]
     stats = ReplayStats()
@@ -159,19 +161,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--arith-episodes", type=int, default=2000, help="Arith-Calc episodes to replay")
     parser.add_argument("--workers", type=int, default=2, help="sub-envs of the vector envs")
     parser.add_argument("--vector-steps", type=int, default=1000, help="batched steps of each vector env")
-    parser.add_argument("--python-episodes", type=int, default=20, help="episodes of the python-tool run (0: skip)")
+    parser.add_argument("--python-episodes", type=int, default=40, help="episodes of the python-tool run (0: skip)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure; the median is reported")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
 
     # (label, env id, make kwargs, golden episodes in one env, batched vector steps, repeats)
-    arith, repeats = {"level": "hard"}, args.repeats
+    arith, repeats = {"level": "hard", "num_tasks": args.arith_episodes}, args.repeats
     runs = [("Arith-Calc (hard)", "agentfly/Arith-Calc", arith, args.arith_episodes, args.vector_steps, repeats)]
     if args.gsm8k:
         gsm8k = {"data_files": args.gsm8k}
         runs.append(("GSM8K-Calc", "agentfly/GSM8K-Calc", gsm8k, 10**9, args.vector_steps, repeats))
     if args.python_episodes:
-        slow = {"level": "hard", "tools": ("python",)}
+        slow = {"level": "hard", "num_tasks": args.python_episodes, "tools": ("python",)}
         runs.append(
             ("Arith, python tool", "agentfly/Arith-Calc", slow, args.python_episodes, 4 * args.python_episodes, 1)
         )
