@@ -63,7 +63,7 @@ class Tool:
     Args:
         function: The implementation; its signature and docstring define the schema.
         name: The name the model calls; defaults to ``function.__name__``.
-        ends_episode: Calling this tool ends the episode, and its first argument is the final answer.
+        ends_episode: A successful call ends the episode; the tool's return value is the answer that is scored.
     """
 
     def __init__(self, function: Callable[..., str], name: str | None = None, ends_episode: bool = False):
