@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import json
 import math
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the envs)
+from agentfly_envs.tasks import TaskSource
 from agentfly_envs.tools import ToolError
 from agentfly_envs.tools.calculator import calculator
 
@@ -36,8 +38,6 @@ class ReplayStats:
     calculator_calls: int = 0
     episodes: int = 0
     solved: int = 0
-    annotation_matches: int = 0
-    annotations: int = 0
     seconds: float = 0.0
 
     def row(self) -> dict[str, float]:
@@ -75,17 +75,24 @@ def baseline_calculator_calls_per_s(expressions: Sequence[str], seconds: float =
     return calls / (time.perf_counter() - start)
 
 
-def replay_single(env_id: str, num_episodes: int, **kwargs) -> ReplayStats:
-    """Replays golden episodes of tasks 0..num_episodes-1 in one env; times only reset/step."""
+def annotation_agreement(tasks: TaskSource) -> tuple[int, int]:
+    """(calculator outputs equal to the data's ``<<expr=value>>`` annotation, annotations) over all tasks."""
+    matches = total = 0
+    for index in range(len(tasks)):
+        golden = tasks.golden(tasks.row(index))
+        for expression, annotated in zip(golden.expressions, golden.results, strict=True):
+            total += 1
+            with contextlib.suppress(ToolError):
+                matches += _matches_annotation(calculator(expression), annotated)
+    return matches, total
+
+
+def replay_single(env_id: str, plans: Sequence[list], **kwargs) -> ReplayStats:
+    """Replays ``plans[i]`` (the golden actions of task ``i``) for every task in one env; times only reset/step."""
     env = gym.make(env_id, **kwargs)
-    num_episodes = min(num_episodes, len(env.unwrapped.tasks))
-    plans = []
-    for index in range(num_episodes):
-        row = env.unwrapped.tasks.row(index)
-        plans.append((index, env.unwrapped.golden_actions(row), env.unwrapped.tasks.golden(row).results))
     stats = ReplayStats()
     start = time.perf_counter()
-    for index, actions, _ in plans:
+    for index, actions in enumerate(plans):
         env.reset(options={"index": index})
         for action in actions:
             _, reward, _, _, info = env.step(action)
@@ -94,37 +101,31 @@ def replay_single(env_id: str, num_episodes: int, **kwargs) -> ReplayStats:
         stats.episodes += 1
         stats.solved += reward == 1.0
     stats.seconds = time.perf_counter() - start
-    for index, _, results in plans:  # correctness of the calculator outputs, not timed
-        row = env.unwrapped.tasks.row(index)
-        expressions = env.unwrapped.tasks.golden(row).expressions
-        for expression, annotated in zip(expressions, results, strict=True):
-            stats.annotations += 1
-            stats.annotation_matches += _matches_annotation(calculator(expression), annotated)
     env.close()
     return stats
 
 
-def replay_vector(env_id: str, num_envs: int, num_steps: int, mode: str = "async", **kwargs) -> ReplayStats:
-    """Steps ``make_vec(..., mode)`` for ``num_steps`` batched steps, every sub-env following the
-    golden plan of whatever task it drew (Gymnasium's next-step autoreset). Plans for every task
-    are written before the clock starts, so the timed loop is the vector env plus list lookups."""
-    planner = gym.make(env_id, **kwargs).unwrapped
-    golden = [planner.golden_actions(planner.tasks.row(index)) for index in range(len(planner.tasks))]
+def replay_vector(
+    env_id: str, plans: Sequence[list], num_envs: int, num_steps: int, mode: str = "async", **kwargs
+) -> ReplayStats:
+    """Steps ``make_vec(..., mode)`` for ``num_steps`` batched steps, every sub-env following
+    ``plans[i]`` for whatever task ``i`` it drew (Gymnasium's next-step autoreset), so the timed
+    loop is the vector env plus list lookups."""
     envs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode, **kwargs)
     _, infos = envs.reset(seed=0)
 
     def plan(i: int) -> list:
-        return list(golden[int(infos["task_index"][i])])
+        return list(plans[int(infos["task_index"][i])])
 
-    plans = [plan(i) for i in range(num_envs)]
+    queues = [plan(i) for i in range(num_envs)]
     stats = ReplayStats()
     start = time.perf_counter()
     for _ in range(num_steps):
-        actions = [plan.pop(0) if plan else "" for plan in plans]
+        actions = [queue.pop(0) if queue else "" for queue in queues]
         _, rewards, terminated, truncated, infos = envs.step(actions)
         for i in range(num_envs):
             if "task_index" in infos and infos["_task_index"][i]:  # this sub-env was just reset
-                plans[i] = plan(i)
+                queues[i] = plan(i)
                 continue
             stats.steps += 1
             stats.calculator_calls += len(infos["tool_calls"][i])
@@ -166,37 +167,36 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
 
-    # (label, env id, make kwargs, golden episodes in one env, batched vector steps, repeats)
+    # (label, env id, make kwargs: every task of the env is one golden episode, batched vector steps, repeats)
     arith, repeats = {"level": "hard", "num_tasks": args.arith_episodes}, args.repeats
-    runs = [("Arith-Calc (hard)", "agentfly/Arith-Calc", arith, args.arith_episodes, args.vector_steps, repeats)]
+    runs = [("Arith-Calc (hard)", "agentfly/Arith-Calc", arith, args.vector_steps, repeats)]
     if args.gsm8k:
-        gsm8k = {"data_files": args.gsm8k}
-        runs.append(("GSM8K-Calc", "agentfly/GSM8K-Calc", gsm8k, 10**9, args.vector_steps, repeats))
+        runs.append(("GSM8K-Calc", "agentfly/GSM8K-Calc", {"data_files": args.gsm8k}, args.vector_steps, repeats))
     if args.python_episodes:
         slow = {"level": "hard", "num_tasks": args.python_episodes, "tools": ("python",)}
-        runs.append(
-            ("Arith, python tool", "agentfly/Arith-Calc", slow, args.python_episodes, 4 * args.python_episodes, 1)
-        )
+        runs.append(("Arith, python tool", "agentfly/Arith-Calc", slow, 4 * args.python_episodes, 1))
     results = {}
-    for label, env_id, kwargs, episodes, vector_steps, repeats in runs:
-        single = median_run([replay_single(env_id, episodes, **kwargs) for _ in range(repeats)])
+    for label, env_id, kwargs, vector_steps, repeats in runs:
         planner = gym.make(env_id, **kwargs).unwrapped
+        plans = [planner.golden_actions(planner.tasks.row(index)) for index in range(len(planner.tasks))]
+        single = median_run([replay_single(env_id, plans, **kwargs) for _ in range(repeats)])
         rows = [planner.tasks.row(i) for i in range(min(200, len(planner.tasks)))]
         expressions = [e for row in rows for e in planner.tasks.golden(row).expressions]
-        baseline = sorted(baseline_calculator_calls_per_s(expressions, 0.5) for _ in range(repeats))[repeats // 2]
+        baseline = statistics.median_low(baseline_calculator_calls_per_s(expressions, 0.5) for _ in range(repeats))
+        matches, annotations = annotation_agreement(planner.tasks)
         result = {
             "env_id": env_id,
             "kwargs": kwargs,
             "episodes": single.episodes,
-            "annotations": single.annotations,
+            "annotations": annotations,
             "baseline_bare_calculator_calls_per_s": baseline,
             "single": single.row(),
-            "calculator_matches_annotation": single.annotation_matches / max(single.annotations, 1),
+            "calculator_matches_annotation": matches / max(annotations, 1),
             "repeats": repeats,
         }
         for mode in ("sync", "async"):
             vector = median_run(
-                [replay_vector(env_id, args.workers, vector_steps, mode=mode, **kwargs) for _ in range(repeats)]
+                [replay_vector(env_id, plans, args.workers, vector_steps, mode=mode, **kwargs) for _ in range(repeats)]
             )
             result[f"{mode}_x{args.workers}"] = vector.row()
         results[label] = result
