@@ -40,6 +40,7 @@ LEVELS = {
     "easy": Level(min_steps=1, max_steps=2, max_operand=20, max_value=200),
     "medium": Level(min_steps=3, max_steps=4, max_operand=100, max_value=5_000),
     "hard": Level(min_steps=5, max_steps=6, max_operand=1_000, max_value=200_000),
+    "single": Level(min_steps=0, max_steps=0, max_operand=9, max_value=100),
 }
 
 _NAMES = (
@@ -93,7 +94,7 @@ def generate_problem(seed: int, level: str, index: int) -> Row:
 
     Args:
         seed: Task-set seed.
-        level: One of ``LEVELS`` ("easy", "medium", "hard").
+        level: One of ``LEVELS`` ("easy", "medium", "hard", "single").
         index: Problem number, >= 0.
 
     Returns:
@@ -132,7 +133,8 @@ class ArithmeticTasks(MathWordProblems):
     """Generated multi-step arithmetic word problems with exact integer answers.
 
     Args:
-        level: "easy" (1-2 operations, numbers up to 20), "medium" (3-4, up to 100) or "hard" (5-6, up to 1000).
+        level: "easy" (1-2 operations, numbers up to 20), "medium" (3-4, up to 100), "hard" (5-6, up to 1000),
+            or "single" (one multiplication of two digits: the smallest task, for smoke tests and the quickstart).
         num_tasks: Size of the task set addressed by ``options={"index": i}`` and drawn from on reset.
         task_seed: Seed of the task set (not of the env's episode RNG).
     """

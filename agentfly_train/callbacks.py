@@ -1,0 +1,118 @@
+"""Trainer callbacks: validation schedule, console progress bar, and ``metrics.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from agentfly_train.trainer import AgentGRPOTrainer
+
+SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss")
+"""Keys of the end-of-training summary HF logs once; written to ``summary.json``, not ``metrics.jsonl``."""
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsFile:
+    """``metrics.jsonl``: one JSON object per logged step, with a ``step`` field.
+
+    Args:
+        path: The file; created with its directory if missing.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def truncate_after(self, step: int) -> None:
+        """Drops lines of steps after ``step`` (logged by a run that was killed before its next checkpoint)."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        self.path.write_text("".join(f"{line}\n" for line in kept))
+
+    def append(self, step: int, metrics: dict[str, Any]) -> None:
+        """Writes one line ``{"step": step, **metrics}``."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"step": step, **{key: _jsonable(value) for key, value in metrics.items()}}
+        with self.path.open("a") as file:
+            file.write(json.dumps(record) + "\n")
+
+    def read(self) -> list[dict[str, Any]]:
+        """All records, in order."""
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
+
+
+class AgentCallback(TrainerCallback):
+    """Runs validation (before training and every ``test_freq`` steps), shows a progress bar with the
+    step, reward and ETA, and writes every log line to ``metrics.jsonl``.
+
+    Args:
+        trainer: The trainer whose :meth:`~AgentGRPOTrainer.validate` is called.
+        test_freq: Validate every this many steps (``<= 0``: never; the last step is always validated
+            when validation is on).
+        val_before_train: Validate before the first step of a fresh run.
+        show_progress: Draw the console progress bar.
+    """
+
+    def __init__(
+        self, trainer: AgentGRPOTrainer, test_freq: int, val_before_train: bool, show_progress: bool = True
+    ) -> None:
+        self.trainer = trainer
+        self.test_freq = test_freq
+        self.val_before_train = val_before_train
+        self.show_progress = show_progress
+        self.metrics = MetricsFile(Path(trainer.args.output_dir) / "metrics.jsonl")
+        self.summary: dict[str, Any] = {}
+        self._bar: Any = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            self.metrics.truncate_after(state.global_step)
+            if self.show_progress:
+                from tqdm.auto import tqdm
+
+                self._bar = tqdm(total=state.max_steps, initial=state.global_step, desc="train", dynamic_ncols=True)
+        if self.val_before_train and state.global_step == 0:
+            self.trainer.log(self.trainer.validate())
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        last = state.global_step >= state.max_steps
+        if self.test_freq > 0 and (state.global_step % self.test_freq == 0 or last):
+            self.trainer.record_metrics(self.trainer.validate())
+        if self._bar is not None:
+            self._bar.update(state.global_step - self._bar.n)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        if any(key in logs for key in SUMMARY_KEYS):
+            self.summary.update(logs)
+            return
+        logs = dict(logs)
+        if "step_time" in logs and "timing/rollout_s" in logs:
+            logs["timing/update_s"] = logs["step_time"] - logs["timing/rollout_s"]
+        self.metrics.append(state.global_step, logs)
+        if self._bar is not None:
+            shown = {"reward": "reward", "accuracy": "acc", "val/accuracy": "val_acc"}
+            self._bar.set_postfix(
+                {short: f"{logs[key]:.3f}" for key, short in shown.items() if logs.get(key) is not None}, refresh=True
+            )
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if state.is_world_process_zero and self.summary:
+            path = Path(args.output_dir) / "summary.json"
+            path.write_text(json.dumps(self.summary, indent=2))

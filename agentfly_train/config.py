@@ -1,0 +1,536 @@
+"""The training configuration: typed dataclasses, YAML files and Hydra-style dotted overrides.
+
+The key surface is the one AgentFly/verl users know (``agent.*``, ``algorithm.*``, ``data.*``,
+``actor_rollout_ref.*``, ``critic.*``, ``trainer.*``); the dataclass defaults are the embedded quickstart
+(a tiny local model on ``agentfly/Arith-Calc``, CPU, no network). :func:`load_config` merges
+``--config FILE`` YAML files and ``key=value`` overrides onto the schema with OmegaConf, so an unknown
+key or a value of the wrong type fails before any model is loaded, naming the key and the closest
+valid ones. ``agent.init_args.<key>`` is accepted as a spelling of ``agent.<key>``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+TINY_MODEL = "agentfly:tiny"
+"""``actor_rollout_ref.model.path`` value that builds the tiny local model and tokenizer (no download)."""
+
+AGENT_TYPES = {"hf": "hermes", "react": "react", "code": "code"}
+"""``agent.agent_type`` -> the env parser that reads the model's turns."""
+ADV_ESTIMATORS = (
+    "grpo", "gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo", "remax", "grpo_passk", "opo", "gpg",
+)  # fmt: skip
+"""Accepted ``algorithm.adv_estimator`` names (verl's); :data:`TRAINABLE_ESTIMATORS` run today."""
+TRAINABLE_ESTIMATORS = ("grpo",)
+KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+KL_CONTROLLERS = ("fixed", "adaptive")
+BACKENDS = ("hf", "vllm")
+LOGGERS = ("console", "wandb", "tensorboard")
+RESUME_MODES = ("auto", "disable", "resume_path")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is invalid; the message names it and what would be valid."""
+
+
+@dataclass
+class AgentConfig:
+    """The agent: which env, how the model talks to it, and the rollout budgets.
+
+    Attributes:
+        env: Registered env id (``agentfly/...``).
+        env_kwargs: Extra ``gymnasium.make`` keyword arguments (e.g. ``level`` for Arith-Calc).
+        agent_type: ``hf`` (the chat template's native tool calls, hermes ``<tool_call>`` JSON),
+            ``react`` or ``code``.
+        tools: Tool names replacing the env's defaults; ``null`` keeps them.
+        model_name_or_path: Alias of ``actor_rollout_ref.model.path`` (AgentFly's spelling).
+        template: Chat template: ``null`` for the tokenizer's own, a TRL template name (``qwen2_5``,
+            ``llama3_1``, ...) or a path to a ``.jinja`` file.
+        reward_name: Registered reward function replacing the env's scoring; ``null`` keeps it.
+        max_turns: Assistant turns per episode.
+        num_chains: Rollouts per prompt (the GRPO group size).
+        max_tokens_per_turn: New tokens per assistant turn.
+        use_agent: ``false`` gives the model one turn and no tools.
+        backend: Generation backend, ``hf`` or ``vllm`` (alias of ``actor_rollout_ref.rollout.name``).
+    """
+
+    env: str = "agentfly/Arith-Calc"
+    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"level": "easy"})
+    agent_type: str = "hf"
+    tools: list[str] | None = None
+    model_name_or_path: str | None = None
+    template: str | None = None
+    reward_name: str | None = None
+    max_turns: int = 4
+    num_chains: int = 8
+    max_tokens_per_turn: int = 48
+    use_agent: bool = True
+    backend: str | None = None
+
+
+@dataclass
+class KLControlConfig:
+    """The KL-in-reward controller (``algorithm.kl_ctrl``)."""
+
+    type: str = "fixed"
+    kl_coef: float = 0.001
+    target_kl: float = 0.1
+    horizon: int = 10_000
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantage estimation and KL-in-reward (``algorithm.*``)."""
+
+    adv_estimator: str = "grpo"
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+
+
+@dataclass
+class DataConfig:
+    """Where the tasks come from (``data.*``).
+
+    Attributes:
+        train_files: JSON list / JSONL / parquet files of task rows (``question``, ``answer``, other
+            fields passed to the reward); ``null`` uses the env's own task source.
+        val_files: The same for validation; ``null`` uses the env's task source built with
+            ``val_env_kwargs`` (e.g. another ``task_seed`` for generated tasks).
+        train_batch_size: Prompts per rollout step (each gets ``agent.num_chains`` rollouts).
+        val_batch_size: Episodes per validation generation call.
+        train_size: Use at most this many training rows; ``null`` for all.
+        val_size: Use at most this many validation rows; ``null`` for all.
+        val_env_kwargs: ``gymnasium.make`` overrides for the validation task source.
+        shuffle: Shuffle the training rows each epoch.
+    """
+
+    train_files: list[str] | None = None
+    val_files: list[str] | None = None
+    train_batch_size: int = 8
+    val_batch_size: int = 64
+    train_size: int | None = None
+    val_size: int | None = 64
+    val_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"task_seed": 1})
+    shuffle: bool = True
+
+
+@dataclass
+class OptimConfig:
+    """An optimiser (AdamW)."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    lr_warmup_steps_ratio: float = 0.0
+    lr_scheduler_type: str = "constant"
+    grad_clip: float = 1.0
+
+
+@dataclass
+class ModelConfig:
+    """The policy model (``actor_rollout_ref.model.*``).
+
+    Attributes:
+        path: Hub id or local directory, or ``agentfly:tiny`` for the locally built tiny model.
+        dtype: ``auto`` (bfloat16 on a GPU that supports it, else float32), ``float32``, ``bfloat16``,
+            ``float16``.
+        enable_gradient_checkpointing: Recompute activations in the backward pass.
+        trust_remote_code: Passed to ``from_pretrained``.
+        lora_rank: Train a LoRA adapter of this rank (``0``: full fine-tuning).
+        lora_alpha: LoRA scaling.
+        target_modules: LoRA target modules (``all-linear`` or a list of names).
+        tiny_hidden_size: Width of the tiny model (only with ``path=agentfly:tiny``).
+        tiny_num_layers: Depth of the tiny model (only with ``path=agentfly:tiny``).
+    """
+
+    path: str = TINY_MODEL
+    dtype: str = "auto"
+    enable_gradient_checkpointing: bool = False
+    trust_remote_code: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: Any = "all-linear"
+    tiny_hidden_size: int = 128
+    tiny_num_layers: int = 2
+
+
+@dataclass
+class ActorConfig:
+    """The policy update (``actor_rollout_ref.actor.*``); batch sizes count prompts, as in verl.
+
+    Attributes:
+        optim: The actor's optimiser.
+        ppo_mini_batch_size: Prompts per optimiser step; a rollout batch of ``data.train_batch_size``
+            prompts feeds ``train_batch_size / ppo_mini_batch_size`` steps. ``null``: one step per batch.
+        ppo_micro_batch_size_per_gpu: Sequences per forward/backward pass on one device.
+        use_kl_loss: Add a KL-to-reference term to the loss.
+        kl_loss_coef: Its coefficient (TRL's ``beta``).
+        kl_loss_type: Its estimator.
+        entropy_coeff: Entropy bonus coefficient.
+        clip_ratio: PPO clip range (both sides unless the next two are set).
+        clip_ratio_low: Lower clip range.
+        clip_ratio_high: Upper clip range.
+        clip_ratio_c: Dual-clip constant.
+        loss_agg_mode: How token losses are averaged.
+        ppo_epochs: Passes over each rollout batch.
+    """
+
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    ppo_mini_batch_size: int | None = None
+    ppo_micro_batch_size_per_gpu: int = 16
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    ppo_epochs: int = 1
+
+
+@dataclass
+class RolloutConfig:
+    """Generation (``actor_rollout_ref.rollout.*``).
+
+    Attributes:
+        name: Backend, ``hf`` (transformers ``generate``) or ``vllm``.
+        response_length: Token budget of a whole multi-turn completion (sampled + observation tokens).
+        temperature: Sampling temperature for training rollouts.
+        top_p: Nucleus sampling.
+        top_k: Top-k sampling (``-1``: off).
+        val_temperature: Temperature of validation rollouts (``0``: greedy).
+        gpu_memory_utilization: vLLM's memory share.
+        tensor_model_parallel_size: vLLM's tensor parallelism.
+        env_workers: Threads stepping the envs of one turn concurrently.
+    """
+
+    name: str = "hf"
+    response_length: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    val_temperature: float = 0.0
+    gpu_memory_utilization: float = 0.5
+    tensor_model_parallel_size: int = 1
+    env_workers: int = 8
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    """``actor_rollout_ref.*``: the policy model, its update and its rollouts."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+
+@dataclass
+class CriticModelConfig:
+    """The value model (``critic.model.*``); ``path: null`` starts from the policy's weights."""
+
+    path: str | None = None
+
+
+@dataclass
+class CriticConfig:
+    """``critic.*``: the value model trained by PPO (``algorithm.adv_estimator=gae``)."""
+
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    ppo_mini_batch_size: int | None = None
+    ppo_micro_batch_size_per_gpu: int = 16
+    cliprange_value: float = 0.5
+
+
+@dataclass
+class SFTWarmupConfig:
+    """A short supervised phase on the env's golden demonstrations before RL (``sft.*``).
+
+    Attributes:
+        enable: Run it.
+        steps: Optimiser steps.
+        lr: Learning rate.
+        batch_size: Demonstrations per step.
+        num_demos: Golden episodes to learn from (from the start of the training rows).
+    """
+
+    enable: bool = True
+    steps: int = 60
+    lr: float = 3e-3
+    batch_size: int = 16
+    num_demos: int = 256
+
+
+@dataclass
+class TrainerConfig:
+    """``trainer.*``: the run: length, logging, validation, checkpoints.
+
+    Attributes:
+        project_name: wandb project; part of the default run directory.
+        experiment_name: wandb run name; part of the default run directory.
+        logger: Any of ``console`` (always on), ``wandb`` (offline without an API key), ``tensorboard``.
+        total_training_steps: Rollout steps to run; ``null`` runs ``total_epochs`` over the data.
+        total_epochs: Passes over the training rows when ``total_training_steps`` is ``null``.
+        nnodes: Nodes (checked against the Accelerate launch).
+        n_gpus_per_node: Devices per node (checked against the Accelerate launch; ``0`` on CPU).
+        save_freq: Checkpoint every this many steps (``-1``: never).
+        test_freq: Validate every this many steps (``-1``: never).
+        val_before_train: Validate before the first step.
+        resume_mode: ``auto`` (latest checkpoint in the run directory), ``resume_path``, ``disable``.
+        resume_from_path: The checkpoint for ``resume_mode=resume_path``.
+        default_local_dir: The run directory (checkpoints, ``metrics.jsonl``, samples).
+        seed: Seed of data order, sampling and initialisation.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        critic_warmup: Critic-only steps before the policy is updated (PPO).
+        log_val_generations: Validation trajectories written to the run directory per validation.
+    """
+
+    project_name: str = "agentfly"
+    experiment_name: str = "quickstart"
+    logger: list[str] = field(default_factory=lambda: ["console"])
+    total_training_steps: int | None = 30
+    total_epochs: int = 1
+    nnodes: int = 1
+    n_gpus_per_node: int = 0
+    save_freq: int = -1
+    test_freq: int = -1
+    val_before_train: bool = True
+    resume_mode: str = "auto"
+    resume_from_path: str | None = None
+    default_local_dir: str = "runs/${trainer.project_name}/${trainer.experiment_name}"
+    seed: int = 0
+    device: str = "auto"
+    critic_warmup: int = 0
+    log_val_generations: int = 8
+
+
+@dataclass
+class TrainConfig:
+    """The whole configuration; its defaults are the embedded quickstart."""
+
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    sft: SFTWarmupConfig = field(default_factory=SFTWarmupConfig)
+
+    @property
+    def model_path(self) -> str:
+        """The policy model: ``agent.model_name_or_path`` if set, else ``actor_rollout_ref.model.path``."""
+        return self.agent.model_name_or_path or self.actor_rollout_ref.model.path
+
+    @property
+    def backend(self) -> str:
+        """The generation backend: ``agent.backend`` if set, else ``actor_rollout_ref.rollout.name``."""
+        return self.agent.backend or self.actor_rollout_ref.rollout.name
+
+
+def config_keys(schema: type = TrainConfig, prefix: str = "") -> Iterator[str]:
+    """Every dotted key of the schema, e.g. ``"actor_rollout_ref.actor.optim.lr"``."""
+    for item in fields(schema):
+        key = f"{prefix}{item.name}"
+        default = item.default_factory() if callable(item.default_factory) else item.default
+        if is_dataclass(default):
+            yield from config_keys(type(default), f"{key}.")
+        else:
+            yield key
+
+
+def _suggest(key: str) -> str:
+    keys = list(config_keys())
+    close = difflib.get_close_matches(key, keys, n=3, cutoff=0.5)
+    if not close:  # a misspelt last part: compare within the same section
+        section, _, leaf = key.rpartition(".")
+        siblings = [k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == section]
+        close = [f"{section}.{name}" for name in difflib.get_close_matches(leaf, siblings, n=3, cutoff=0.4)]
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def _canonical_key(key: str) -> str:
+    return key.replace("agent.init_args.", "agent.", 1) if key.startswith("agent.init_args.") else key
+
+
+def _fold_init_args(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """``agent: {init_args: {...}}`` -> its keys moved up into ``agent``."""
+    tree = dict(tree)
+    agent = tree.get("agent")
+    if isinstance(agent, Mapping) and isinstance(agent.get("init_args"), Mapping):
+        agent = dict(agent)
+        tree["agent"] = {**agent.pop("init_args"), **agent}
+    return tree
+
+
+def _merge(schema: Any, update: Any, source: str) -> Any:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    try:
+        return OmegaConf.merge(schema, update)
+    except ConfigKeyError as error:
+        key = str(error.full_key)
+        raise ConfigError(f"unknown config key {key!r} (from {source}){_suggest(key)}") from None
+    except ValidationError as error:
+        raise ConfigError(f"bad value for {error.full_key!r} (from {source}): {error.msg}") from None
+
+
+def _parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Any]]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except OverrideParseException as error:
+        raise ConfigError(f"cannot parse override: {error}") from None
+    result = []
+    for override in parsed:
+        if override.is_delete():
+            raise ConfigError(f"deleting keys ({override.input_line!r}) is not supported: every key has a default")
+        result.append((_canonical_key(override.key_or_group), override.value()))
+    return result
+
+
+def load_config(overrides: Sequence[str] = (), config_files: Sequence[str | Path] = ()) -> TrainConfig:
+    """Builds and validates a configuration.
+
+    Args:
+        overrides: Hydra-style ``key=value`` strings (``+key=value`` is accepted as ``key=value``).
+        config_files: YAML files merged in order before the overrides.
+
+    Returns:
+        The validated :class:`TrainConfig` (interpolations such as ``${trainer.project_name}`` resolved).
+
+    Raises:
+        ConfigError: unknown key (with the closest valid keys), wrong type, or an invalid value.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    config = OmegaConf.structured(TrainConfig)
+    for path in config_files:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        tree = OmegaConf.to_container(OmegaConf.load(path))
+        tree.pop("defaults", None)
+        config = _merge(config, _fold_init_args(tree), str(path))
+    for key, value in _parse_overrides(overrides):
+        update = OmegaConf.create()
+        OmegaConf.update(update, key, value, force_add=True)
+        config = _merge(config, update, f"override {key}={value}")
+    try:
+        result = OmegaConf.to_object(config)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"cannot resolve the configuration: {error}") from None
+    validate(result)
+    return result
+
+
+def _check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        close = difflib.get_close_matches(str(value), list(choices), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{key}={value!r} is not one of {list(choices)}{hint}")
+
+
+def _check_registered(key: str, module: str, registry: str, names: Sequence[str | None]) -> None:
+    import importlib
+
+    from agentfly_envs.errors import UnknownNameError
+
+    entries = getattr(importlib.import_module(module), registry)
+    for name in names:
+        if name is None:
+            continue
+        try:
+            entries.get(name)
+        except UnknownNameError as error:
+            raise ConfigError(f"{key}: {error}") from None
+
+
+def _check_positive(key: str, value: int | float | None, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise ConfigError(f"{key} must be > 0, got {value!r}")
+
+
+def validate(config: TrainConfig) -> None:
+    """Checks values the types cannot (names, ranges, consistency), before anything is loaded.
+
+    Raises:
+        ConfigError: naming the key, the bad value and what would be valid.
+    """
+    import gymnasium as gym
+
+    import agentfly_envs  # noqa: F401  (registers the env ids)
+
+    agent, algorithm, data = config.agent, config.algorithm, config.data
+    actor, rollout, trainer = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.trainer
+    if agent.env not in gym.registry:
+        known = sorted(name for name in gym.registry if name.startswith("agentfly/"))
+        _check_choice("agent.env", agent.env, known)
+    _check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
+    _check_choice("actor_rollout_ref.rollout.name / agent.backend", config.backend, BACKENDS)
+    _check_choice("algorithm.adv_estimator", algorithm.adv_estimator, ADV_ESTIMATORS)
+    _check_choice("algorithm.kl_penalty", algorithm.kl_penalty, KL_PENALTIES)
+    _check_choice("algorithm.kl_ctrl.type", algorithm.kl_ctrl.type, KL_CONTROLLERS)
+    _check_choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTIES)
+    _check_choice("actor_rollout_ref.model.dtype", config.actor_rollout_ref.model.dtype, DTYPES)
+    _check_choice("trainer.resume_mode", trainer.resume_mode, RESUME_MODES)
+    for name in trainer.logger:
+        _check_choice("trainer.logger", name, LOGGERS)
+    _check_registered("agent.reward_name", "agentfly_envs.rewards", "REWARDS", [agent.reward_name])
+    _check_registered("agent.tools", "agentfly_envs.tools", "TOOLS", agent.tools or [])
+    for key, value in (
+        ("agent.max_turns", agent.max_turns),
+        ("agent.num_chains", agent.num_chains),
+        ("agent.max_tokens_per_turn", agent.max_tokens_per_turn),
+        ("data.train_batch_size", data.train_batch_size),
+        ("data.val_batch_size", data.val_batch_size),
+        ("actor_rollout_ref.rollout.response_length", rollout.response_length),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.actor.optim.lr", actor.optim.lr),
+        ("actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs),
+        ("trainer.total_epochs", trainer.total_epochs),
+    ):
+        _check_positive(key, value)
+    _check_positive("trainer.total_training_steps", trainer.total_training_steps, allow_none=True)
+    _check_positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, allow_none=True)
+    if rollout.temperature < 0 or rollout.val_temperature < 0:
+        raise ConfigError("actor_rollout_ref.rollout.temperature and .val_temperature must be >= 0")
+    mini = actor.ppo_mini_batch_size or data.train_batch_size
+    if data.train_batch_size % mini:
+        raise ConfigError(
+            f"data.train_batch_size={data.train_batch_size} must be a multiple of "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}"
+        )
+    if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
+        raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+    if config.backend == "vllm":
+        raise ConfigError(
+            "actor_rollout_ref.rollout.name=vllm: the vLLM backends are not available in this release; use 'hf'"
+        )
+    if algorithm.adv_estimator not in TRAINABLE_ESTIMATORS:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algorithm.adv_estimator!r} is a known estimator but this release trains "
+            f"with {list(TRAINABLE_ESTIMATORS)} only"
+        )
+    if actor.use_kl_loss and actor.kl_loss_type not in ("low_var_kl", "k3"):
+        raise ConfigError(
+            f"actor_rollout_ref.actor.kl_loss_type={actor.kl_loss_type!r}: the KL loss runs TRL's k3 estimator; "
+            "use low_var_kl (k3)"
+        )
+    if algorithm.use_kl_in_reward:
+        raise ConfigError("algorithm.use_kl_in_reward=true is not supported by this release; use use_kl_loss")

@@ -1,0 +1,180 @@
+"""Generation backends: token ids in, sampled token ids and their log-probabilities out.
+
+The rollout engine talks to one small interface, :class:`GenerationBackend`; this module provides
+the Hugging Face ``generate`` backend (CPU and GPU). A backend never sees text: the trained tokens
+are exactly the tokens it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one turn.
+
+    Attributes:
+        temperature: Softmax temperature; ``0`` decodes greedily.
+        top_p: Nucleus mass (``1.0``: off).
+        top_k: Keep the ``top_k`` most likely tokens (``-1`` or ``0``: off).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+
+
+@dataclass
+class Generation:
+    """One sampled continuation.
+
+    Attributes:
+        token_ids: The sampled tokens, ending with an EOS token when the model stopped by itself.
+        logprobs: Log-probability (nats) of each sampled token under the sampling distribution before
+            top-k/top-p truncation (``log_softmax(logits / temperature)``; greedy: ``temperature=1``),
+            the quantity TRL recomputes as ``old_per_token_logps``. Same length as ``token_ids``.
+        stopped: ``True`` if the last token is an EOS token, ``False`` if the token budget ran out.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    stopped: bool
+
+
+class GenerationBackend(Protocol):
+    """What the rollout engine needs from a generator."""
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], params: SamplingParams
+    ) -> list[Generation]:
+        """Samples one continuation per prompt.
+
+        Args:
+            prompts: Token ids of each sequence so far (prompt and earlier turns), unpadded.
+            max_new_tokens: Per-sequence budget of new tokens (each >= 1).
+            params: Sampling parameters shared by the batch.
+
+        Returns:
+            One :class:`Generation` per prompt, in order.
+        """
+        ...
+
+
+class _SampledLogprobRecorder:
+    """A logits processor keeping the log-probability of each sampled token in bounded memory.
+
+    ``generate`` calls processors with the ids so far, whose last column is the token sampled from the
+    previous step's distribution, so only one step's ``[batch, vocab]`` log-probabilities are held.
+    """
+
+    def __init__(self, temperature: float, prompt_length: int) -> None:
+        self.temperature = temperature
+        self.prompt_length = prompt_length
+        self.previous: torch.Tensor | None = None
+        self.logprobs: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[1] > self.prompt_length:
+            self._take(input_ids[:, -1])
+        self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        self.logprobs.append(self.previous.gather(1, tokens[:, None]).squeeze(1))
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """``[batch, new_tokens]`` log-probabilities of the sampled tokens."""
+        if sequences.shape[1] > self.prompt_length + len(self.logprobs):
+            self._take(sequences[:, -1])
+        return torch.stack(self.logprobs, dim=1)
+
+
+class HFGenerationBackend:
+    """Batched sampling with ``transformers``' ``generate``.
+
+    Args:
+        model_context: Returns a context manager that yields the model to generate with (e.g. TRL's
+            ``unwrap_model_for_generation`` under Accelerate); the model is put in eval mode inside it
+            and its previous mode restored after.
+        pad_token_id: Left-padding token.
+        eos_token_ids: Tokens that end a turn.
+        device: Where the inputs go.
+    """
+
+    def __init__(
+        self,
+        model_context: Callable[[], contextlib.AbstractContextManager[Any]],
+        pad_token_id: int,
+        eos_token_ids: Sequence[int],
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.model_context = model_context
+        self.pad_token_id = pad_token_id
+        self.eos_token_ids = list(eos_token_ids)
+        self.device = torch.device(device)
+
+    @classmethod
+    def for_model(cls, model: Any, pad_token_id: int, eos_token_ids: Sequence[int]) -> HFGenerationBackend:
+        """A backend over a plain (unwrapped) model."""
+        return cls(lambda: contextlib.nullcontext(model), pad_token_id, eos_token_ids, model.device)
+
+    @contextlib.contextmanager
+    def _eval_model(self) -> Iterator[Any]:
+        with self.model_context() as model:
+            was_training = model.training
+            model.eval()
+            try:
+                yield model
+            finally:
+                model.train(was_training)
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], params: SamplingParams
+    ) -> list[Generation]:
+        """See :meth:`GenerationBackend.generate`."""
+        if not prompts:
+            return []
+        width = max(map(len, prompts))
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+        greedy = params.temperature == 0
+        recorder = _SampledLogprobRecorder(1.0 if greedy else params.temperature, width)
+        sampling: dict[str, Any] = (
+            {"do_sample": False}
+            if greedy
+            else {
+                "do_sample": True,
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": params.top_k if params.top_k > 0 else 0,
+            }
+        )
+        with self._eval_model() as model, torch.no_grad():
+            sequences = model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                max_new_tokens=max(max_new_tokens),
+                eos_token_id=self.eos_token_ids,
+                pad_token_id=self.pad_token_id,
+                logits_processor=[recorder],
+                **sampling,
+            )
+        new_tokens = sequences[:, width:].cpu()
+        logprobs = recorder.finish(sequences).cpu()
+        return [self._cut(new_tokens[row], logprobs[row], budget) for row, budget in enumerate(max_new_tokens)]
+
+    def _cut(self, tokens: torch.Tensor, logprobs: torch.Tensor, budget: int) -> Generation:
+        ids = tokens[:budget].tolist()
+        end = next((i for i, token in enumerate(ids) if token in self.eos_token_ids), None)
+        if end is not None:
+            ids = ids[: end + 1]
+        return Generation(token_ids=ids, logprobs=logprobs[: len(ids)].tolist(), stopped=end is not None)

@@ -1,0 +1,107 @@
+"""Loading the policy model and tokenizer named by the configuration, and its chat template."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentfly_train.config import TINY_MODEL, ConfigError, TrainConfig
+
+
+def resolve_chat_template(template: str | None) -> str | None:
+    """The Jinja source of ``agent.template``.
+
+    Args:
+        template: ``None`` (the tokenizer's own), a path to a ``.jinja`` file, or the name of a template
+            TRL ships (``qwen2_5``, ``llama3_1``, ``qwen3``...; ``qwen2.5`` is read as ``qwen2_5``).
+
+    Returns:
+        The template text, or ``None`` to keep the tokenizer's.
+
+    Raises:
+        ConfigError: no such file or template name (with the known names).
+    """
+    if template is None:
+        return None
+    path = Path(template)
+    if path.suffix == ".jinja":
+        if not path.is_file():
+            raise ConfigError(f"agent.template: file {template!r} does not exist")
+        return path.read_text()
+    import trl
+
+    shipped = Path(trl.__file__).parent / "chat_templates"
+    name = template.replace(".", "_").replace("-", "_")
+    candidate = shipped / f"{name}.jinja"
+    if not candidate.is_file():
+        known = sorted(p.stem for p in shipped.glob("*.jinja") if not p.stem.endswith("_training"))
+        raise ConfigError(f"agent.template={template!r} is not a TRL template name or .jinja file; known: {known}")
+    return candidate.read_text()
+
+
+def policy_dtype(name: str, device: str) -> torch.dtype:
+    """The dtype for ``actor_rollout_ref.model.dtype`` (``auto``: bfloat16 on a GPU that supports it)."""
+    if name == "auto":
+        return torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    return getattr(torch, name)
+
+
+def training_device(config: TrainConfig) -> str:
+    """``trainer.device`` resolved: ``cuda`` when available for ``auto``."""
+    if config.trainer.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return config.trainer.device
+
+
+def load_policy(config: TrainConfig) -> tuple[Any, Any]:
+    """The policy model (float32 weights; mixed precision is applied by the trainer) and its tokenizer.
+
+    ``agentfly:tiny`` builds a tiny Qwen2-architecture model and a tokenizer trained on generated task
+    text (no download); anything else is loaded with ``from_pretrained``. The tokenizer pads on the left.
+
+    Returns:
+        ``(model, tokenizer)``.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_config = config.actor_rollout_ref.model
+    if config.model_path == TINY_MODEL:
+        from agentfly_train.tiny_model import build_model, build_tokenizer
+
+        tokenizer = build_tokenizer()
+        model = build_model(
+            tokenizer,
+            hidden_size=model_config.tiny_hidden_size,
+            num_layers=model_config.tiny_num_layers,
+            seed=config.trainer.seed,
+        )
+    else:
+        kwargs = {"trust_remote_code": model_config.trust_remote_code}
+        tokenizer = AutoTokenizer.from_pretrained(config.model_path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype=torch.float32, **kwargs)
+    template = resolve_chat_template(config.agent.template)
+    if template is not None:
+        tokenizer.chat_template = template
+    if tokenizer.chat_template is None:
+        raise ConfigError(f"the tokenizer of {config.model_path!r} has no chat template; set agent.template")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+def lora_config(config: TrainConfig) -> Any:
+    """A ``peft.LoraConfig`` when ``actor_rollout_ref.model.lora_rank > 0``, else ``None``."""
+    model_config = config.actor_rollout_ref.model
+    if model_config.lora_rank <= 0:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=model_config.lora_rank,
+        lora_alpha=model_config.lora_alpha,
+        target_modules=model_config.target_modules,
+        task_type="CAUSAL_LM",
+    )

@@ -1,0 +1,103 @@
+"""Supervised warm start on an env's golden demonstrations, tokenised exactly as rollouts are.
+
+A golden episode is rendered turn by turn with the rollout's :class:`~agentfly_train.rollout.ChatCodec`
+(prompt, then each golden assistant turn followed by EOS, then the env's observation turn), so the
+model learns the same token sequences it will sample; only assistant tokens carry loss. Training runs
+through TRL's ``SFTTrainer`` on the pre-tokenised rows (``input_ids`` + ``assistant_masks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+from agentfly_train.rollout import ChatCodec
+
+
+def golden_token_rows(env: gym.Env, codec: ChatCodec, tasks: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]]]:
+    """Tokenised golden episodes.
+
+    Args:
+        env: The env (its parser formats the golden calls).
+        codec: The rollout's chat-template codec.
+        tasks: Task rows with golden solutions.
+
+    Returns:
+        Rows with ``input_ids`` (prompt + completion) and ``assistant_masks`` (1 on assistant tokens).
+    """
+    rows = []
+    for task in tasks:
+        _, info = env.reset(options={"task": dict(task)})
+        ids = codec.prompt_ids(info["messages"])
+        mask = [0] * len(ids)
+        for action in env.unwrapped.golden_actions():
+            turn = [*codec.encode(action), codec.eos_token_id]
+            ids += turn
+            mask += [1] * len(turn)
+            _, _, terminated, truncated, step_info = env.step(action)
+            if terminated or truncated:
+                break
+            observation = codec.observation_ids(step_info["messages"], closed_turn=True)
+            ids += observation
+            mask += [0] * len(observation)
+        rows.append({"input_ids": ids, "assistant_masks": mask})
+    return rows
+
+
+def warm_start(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[Mapping[str, list[int]]],
+    *,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    output_dir: str,
+    use_cpu: bool,
+    seed: int,
+    bf16: bool = False,
+) -> float:
+    """Fine-tunes ``model`` in place on tokenised demonstrations.
+
+    Args:
+        model: The policy.
+        tokenizer: Its tokenizer (for padding).
+        rows: From :func:`golden_token_rows`.
+        steps: Optimiser steps.
+        lr: Peak learning rate (linear decay).
+        batch_size: Rows per step.
+        output_dir: Scratch directory for TRL (nothing is saved).
+        use_cpu: Train on CPU.
+        seed: Data order and dropout seed.
+        bf16: bfloat16 mixed precision (must match the RL trainer's: Accelerate's state is per process).
+
+    Returns:
+        The mean training loss (nats per assistant token).
+    """
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    args = SFTConfig(
+        output_dir=output_dir,
+        max_steps=steps,
+        learning_rate=lr,
+        lr_scheduler_type="linear",
+        per_device_train_batch_size=batch_size,
+        gradient_checkpointing=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=max(steps // 5, 1),
+        disable_tqdm=True,
+        use_cpu=use_cpu,
+        bf16=bf16,
+        seed=seed,
+        max_length=None,
+    )
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=Dataset.from_list(list(rows)), processing_class=tokenizer
+    )
+    result = trainer.train()
+    tokenizer.padding_side = "left"
+    return float(result.training_loss)

@@ -1,0 +1,251 @@
+"""A training run end to end: config -> model, envs, data -> (SFT warm start) -> GRPO -> validation."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+import agentfly_envs  # noqa: F401  (registers the env ids)
+from agentfly_envs.errors import AgentflyError
+from agentfly_train.config import AGENT_TYPES, ConfigError, TrainConfig
+from agentfly_train.data import env_task_rows, file_task_rows, trl_dataset
+from agentfly_train.generation import SamplingParams
+from agentfly_train.rollout import ChatCodec, RolloutBudgets
+
+RESULT_FILE = "result.json"
+
+
+def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
+    """``gymnasium.make`` keyword arguments for the configured agent.
+
+    ``agent.agent_type`` picks the parser, ``agent.max_turns`` the turn budget, ``agent.tools`` and
+    ``agent.reward_name`` replace the env's tools and reward; ``agent.use_agent=false`` allows one turn and
+    no tools. ``validation`` adds ``data.val_env_kwargs`` (used when no ``data.val_files`` are given).
+    """
+    agent = config.agent
+    kwargs: dict[str, Any] = {**agent.env_kwargs, "parser": AGENT_TYPES[agent.agent_type], "max_turns": agent.max_turns}
+    if agent.tools is not None:
+        kwargs["tools"] = tuple(agent.tools)
+    if agent.reward_name is not None:
+        kwargs["reward"] = agent.reward_name
+    if not agent.use_agent:
+        kwargs.update(tools=(), max_turns=1)
+    if validation and not config.data.val_files:
+        kwargs.update(config.data.val_env_kwargs)
+    return kwargs
+
+
+def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: dict[str, Any]) -> ChatCodec:
+    """The chat codec for the env's tools and format, checked to be prefix-preserving on a sample episode
+    (the task's golden episode, or two generic turns when the task has no golden solution).
+
+    Raises:
+        TemplateError: the template rewrites earlier turns, so token-in/token-out rollouts are impossible.
+    """
+    _, info = env.reset(options={"task": sample_task})
+    tools = info["tools"] if config.agent.agent_type == "hf" and info["tools"] else None
+    codec = ChatCodec(tokenizer, tools)
+    try:
+        actions = env.unwrapped.golden_actions()
+    except AgentflyError:
+        actions = ["Let me think about it.", "The answer is 42."]
+    turns = []
+    for action in actions:
+        observation, _, terminated, truncated, _ = env.step(action)
+        turns.append(action)
+        if terminated or truncated:
+            break
+        turns.append(observation)
+    codec.check_prefix_preserving(info["messages"], turns)
+    return codec
+
+
+def train_rows(config: TrainConfig, env: gym.Env) -> list[dict[str, Any]]:
+    """Training rows: from ``data.train_files``, else the env's own task source (``data.train_size`` max)."""
+    if config.data.train_files:
+        return file_task_rows(config.data.train_files, env, config.data.train_size)
+    return env_task_rows(env, config.data.train_size)
+
+
+def val_rows(config: TrainConfig, env: gym.Env) -> list[dict[str, Any]]:
+    """Validation rows: from ``data.val_files``, else the task source of ``env`` (made with
+    ``env_kwargs(config, validation=True)``); ``data.val_size=0`` disables validation."""
+    if config.data.val_files:
+        return file_task_rows(config.data.val_files, env, config.data.val_size)
+    return env_task_rows(env, config.data.val_size) if config.data.val_size != 0 else []
+
+
+@dataclass
+class RunResult:
+    """What a run reports (also written to ``<run dir>/result.json``).
+
+    Attributes:
+        run_dir: The run directory.
+        val_before: Validation metrics before RL (after the SFT warm start), if validated.
+        val_after: Validation metrics after RL.
+        sft_loss: Mean SFT warm-start loss, if it ran.
+        steps: Optimiser steps taken (in total, across resumes).
+        resumed_from: The checkpoint this run resumed from.
+    """
+
+    run_dir: str
+    val_before: dict[str, float] = field(default_factory=dict)
+    val_after: dict[str, float] = field(default_factory=dict)
+    sft_loss: float | None = None
+    steps: int = 0
+    resumed_from: str | None = None
+
+
+def resume_checkpoint(config: TrainConfig) -> str | None:
+    """The checkpoint to resume from, per ``trainer.resume_mode``.
+
+    Raises:
+        ConfigError: ``resume_path`` names a directory that is not a checkpoint.
+    """
+    from transformers.trainer_utils import get_last_checkpoint
+
+    trainer = config.trainer
+    if trainer.resume_mode == "disable":
+        return None
+    if trainer.resume_mode == "resume_path":
+        path = Path(trainer.resume_from_path)
+        if not (path / "trainer_state.json").is_file():
+            raise ConfigError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint (no trainer_state.json)")
+        return str(path)
+    run_dir = Path(trainer.default_local_dir)
+    return get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+
+
+def _check_world(config: TrainConfig, world_size: int, device: str) -> None:
+    expected = config.trainer.nnodes * max(config.trainer.n_gpus_per_node, 1)
+    if device == "cuda" and expected != world_size:
+        raise ConfigError(
+            f"trainer.nnodes * trainer.n_gpus_per_node = {expected} but the launch has {world_size} processes; "
+            "launch with accelerate launch --num_processes / --num_machines to match"
+        )
+
+
+def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
+    """Runs the configured job: load, optionally warm-start, validate, train with GRPO, validate.
+
+    Args:
+        config: A validated configuration (:func:`~agentfly_train.config.load_config`).
+        show_progress: Draw the console progress bar.
+
+    Returns:
+        The :class:`RunResult` (also saved as ``result.json`` in the run directory).
+    """
+    from accelerate import PartialState
+    from transformers import set_seed
+
+    from agentfly_train.callbacks import AgentCallback
+    from agentfly_train.models import load_policy, lora_config, training_device
+    from agentfly_train.sft import golden_token_rows, warm_start
+    from agentfly_train.trainer import AgentGRPOTrainer, AgentRollout, EnvPool
+    from agentfly_train.trl_args import grpo_config
+
+    device = training_device(config)
+    world_size = PartialState(cpu=device == "cpu").num_processes
+    _check_world(config, world_size, device)
+    args = grpo_config(config, world_size, device)  # fails on bad sizes before any model is loaded
+    set_seed(config.trainer.seed)
+    run_dir = Path(config.trainer.default_local_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
+
+    train_kwargs, val_kwargs = env_kwargs(config), env_kwargs(config, validation=True)
+    train_env, val_env = gym.make(config.agent.env, **train_kwargs), gym.make(config.agent.env, **val_kwargs)
+    train_tasks, val_tasks = train_rows(config, train_env), val_rows(config, val_env)
+    model, tokenizer = load_policy(config)
+    codec = make_codec(config, tokenizer, train_env, train_tasks[0])
+    result = RunResult(run_dir=str(run_dir))
+    checkpoint = resume_checkpoint(config)
+
+    if config.sft.enable and checkpoint is None:
+        demos = golden_token_rows(train_env, codec, train_tasks[: config.sft.num_demos])
+        with tempfile.TemporaryDirectory() as scratch:
+            result.sft_loss = warm_start(
+                model,
+                tokenizer,
+                demos,
+                steps=config.sft.steps,
+                lr=config.sft.lr,
+                batch_size=config.sft.batch_size,
+                output_dir=scratch,
+                use_cpu=device == "cpu",
+                seed=config.trainer.seed,
+                bf16=args.bf16,
+            )
+    train_env.close()
+    val_env.close()
+
+    rollout = config.actor_rollout_ref.rollout
+    agent = AgentRollout(
+        pool=EnvPool(config.agent.env, train_kwargs),
+        codec=codec,
+        budgets=RolloutBudgets(
+            max_turns=1 if not config.agent.use_agent else config.agent.max_turns,
+            max_tokens_per_turn=config.agent.max_tokens_per_turn,
+            response_length=rollout.response_length,
+        ),
+        train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
+        val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
+        executor=ThreadPoolExecutor(max_workers=rollout.env_workers),
+    )
+    prompts = [codec.render(_opening(agent.pool, row), add_generation_prompt=True) for row in train_tasks]
+    trainer = AgentGRPOTrainer(
+        agent=agent,
+        val_rows=val_tasks,
+        val_batch_size=config.data.val_batch_size,
+        log_val_generations=config.trainer.log_val_generations,
+        model=model,
+        args=args,
+        train_dataset=trl_dataset(train_tasks, prompts),
+        processing_class=tokenizer,
+        peft_config=lora_config(config),
+    )
+    callback = AgentCallback(
+        trainer, config.trainer.test_freq, config.trainer.val_before_train and bool(val_tasks), show_progress
+    )
+    _replace_console_callbacks(trainer, callback)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+        result.resumed_from = checkpoint
+        result.steps = trainer.state.global_step
+        history = callback.metrics.read()
+        before = [r for r in history if r["step"] == 0 and "val/accuracy" in r]
+        result.val_before = _val_metrics(before[0]) if before else {}
+        if val_tasks:
+            result.val_after = trainer.validate()
+            callback.metrics.append(trainer.state.global_step, {"final": True, **result.val_after})
+        trainer.save_model(str(run_dir / "final"))
+    finally:
+        agent.executor.shutdown()
+        agent.pool.close()
+    (run_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2))
+    return result
+
+
+def _opening(pool: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
+    _, info = pool.take(1)[0].reset(options={"task": row})
+    return info["messages"]
+
+
+def _val_metrics(record: dict[str, Any]) -> dict[str, float]:
+    return {key: value for key, value in record.items() if key.startswith("val/")}
+
+
+def _replace_console_callbacks(trainer: Any, callback: Any) -> None:
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for console in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(console)
+    trainer.add_callback(callback)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,201 @@
+"""The configuration surface: YAML + dotted overrides, validation errors, and the mapping onto TRL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentfly_train.config import TINY_MODEL, ConfigError, TrainConfig, config_keys, load_config
+from agentfly_train.trl_args import batch_layout, grpo_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+CONTRACT_KEYS = [
+    "agent.env",
+    "agent.agent_type",
+    "agent.tools",
+    "agent.model_name_or_path",
+    "agent.template",
+    "agent.reward_name",
+    "agent.max_turns",
+    "agent.num_chains",
+    "agent.max_tokens_per_turn",
+    "agent.use_agent",
+    "agent.backend",
+    "algorithm.adv_estimator",
+    "algorithm.gamma",
+    "algorithm.lam",
+    "algorithm.use_kl_in_reward",
+    "algorithm.kl_penalty",
+    "algorithm.kl_ctrl.type",
+    "algorithm.kl_ctrl.kl_coef",
+    "algorithm.kl_ctrl.target_kl",
+    "algorithm.kl_ctrl.horizon",
+    "data.train_files",
+    "data.val_files",
+    "data.train_batch_size",
+    "data.val_batch_size",
+    "actor_rollout_ref.model.path",
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.use_kl_loss",
+    "actor_rollout_ref.actor.kl_loss_coef",
+    "actor_rollout_ref.actor.kl_loss_type",
+    "actor_rollout_ref.actor.entropy_coeff",
+    "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "actor_rollout_ref.rollout.name",
+    "actor_rollout_ref.rollout.response_length",
+    "actor_rollout_ref.rollout.temperature",
+    "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    "critic.model.path",
+    "critic.optim.lr",
+    "critic.ppo_mini_batch_size",
+    "critic.ppo_micro_batch_size_per_gpu",
+    "critic.cliprange_value",
+    "trainer.project_name",
+    "trainer.experiment_name",
+    "trainer.logger",
+    "trainer.total_training_steps",
+    "trainer.total_epochs",
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+    "trainer.save_freq",
+    "trainer.test_freq",
+    "trainer.val_before_train",
+    "trainer.resume_mode",
+    "trainer.resume_from_path",
+    "trainer.default_local_dir",
+]
+
+
+def test_every_contract_key_exists():
+    assert set(CONTRACT_KEYS) <= set(config_keys())
+
+
+def test_defaults_are_the_offline_quickstart():
+    config = load_config()
+    assert isinstance(config, TrainConfig)
+    assert config.model_path == TINY_MODEL and config.agent.env == "agentfly/Arith-Calc"
+    assert config.trainer.default_local_dir == "runs/agentfly/quickstart"  # interpolation resolved
+    assert config.backend == "hf"
+
+
+def test_overrides_are_typed_and_nested():
+    config = load_config(
+        [
+            "actor_rollout_ref.actor.optim.lr=3e-6",
+            "agent.num_chains=4",
+            "data.train_files=[a.jsonl,b.jsonl]",
+            "trainer.logger=[console,wandb]",
+            "trainer.experiment_name=x",
+            "algorithm.kl_ctrl.type=adaptive",
+        ]
+    )
+    assert config.actor_rollout_ref.actor.optim.lr == 3e-6
+    assert config.agent.num_chains == 4
+    assert config.data.train_files == ["a.jsonl", "b.jsonl"]
+    assert config.trainer.logger == ["console", "wandb"]
+    assert config.trainer.default_local_dir == "runs/agentfly/x"
+    assert config.algorithm.kl_ctrl.type == "adaptive"
+
+
+def test_agentfly_init_args_spelling_is_accepted_on_the_command_line_and_in_yaml(tmp_path):
+    config = load_config(["agent.init_args.max_turns=7", "agent.init_args.backend=hf"])
+    assert config.agent.max_turns == 7 and config.backend == "hf"
+    path = tmp_path / "c.yaml"
+    path.write_text("agent:\n  init_args:\n    num_chains: 3\n    agent_type: react\n")
+    config = load_config(config_files=[path])
+    assert config.agent.num_chains == 3 and config.agent.agent_type == "react"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("agent.num_chain=4", "did you mean agent.num_chains"),
+        ("actor_rollout_ref.actor.optim.learning_rate=1", "actor_rollout_ref.actor.optim.lr"),
+        ("trainer.totl_training_steps=3", "trainer.total_training_steps"),
+        ("agent.num_chains=many", "agent.num_chains"),
+        ("agent.agent_type=hermes", "agent.agent_type='hermes' is not one of"),
+        ("agent.env=agentfly/GSM8K-Calcc", "did you mean 'agentfly/GSM8K-Calc'"),
+        ("algorithm.adv_estimator=grpoo", "did you mean 'grpo'"),
+        ("trainer.resume_mode=latest", "trainer.resume_mode"),
+        ("agent.reward_name=f1", "agent.reward_name"),
+        ("agent.tools=[calculater]", "did you mean 'calculator'"),
+        ("data.train_batch_size=0", "must be > 0"),
+        ("actor_rollout_ref.rollout.name=vllm", "vLLM"),
+        ("trainer.resume_mode=resume_path", "needs trainer.resume_from_path"),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size=3", "multiple of"),
+    ],
+)
+def test_bad_keys_and_values_fail_naming_the_key_and_the_closest_valid_ones(override, message):
+    with pytest.raises(ConfigError) as error:
+        load_config([override])
+    assert message in str(error.value)
+
+
+def test_unknown_key_in_a_yaml_file_names_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("trainer:\n  save_frequency: 3\n")
+    with pytest.raises(ConfigError, match=r"trainer.save_frequency.*bad.yaml.*did you mean trainer.save_freq"):
+        load_config(config_files=[path])
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(config_files=["nope.yaml"])
+
+
+def test_the_cli_reports_config_errors_before_loading_a_model(capsys):
+    from agentfly_train.__main__ import main
+
+    assert main(["agent.max_turn=3"]) == 2
+    assert "did you mean agent.max_turns" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["quickstart.yaml", "gsm8k_calc_grpo.yaml"])
+def test_shipped_configs_load(name):
+    config = load_config(config_files=[CONFIGS / name])
+    assert config.algorithm.adv_estimator == "grpo"
+
+
+def test_mapping_onto_grpo_config():
+    config = load_config(
+        [
+            "data.train_batch_size=8",
+            "agent.num_chains=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.actor.optim.lr=2e-6",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.kl_loss_coef=0.05",
+            "actor_rollout_ref.actor.clip_ratio_high=0.28",
+            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+            "actor_rollout_ref.rollout.response_length=300",
+            "trainer.total_training_steps=5",
+            "trainer.save_freq=2",
+            "algorithm.norm_adv_by_std_in_grpo=false",
+        ]
+    )
+    args = grpo_config(config, world_size=1, device="cpu")
+    # 8 prompts x 4 chains = 32 episodes per rollout; mini-batch 4 prompts = 16 episodes per optimiser step.
+    assert args.per_device_train_batch_size == 8 and args.gradient_accumulation_steps == 2
+    assert args.steps_per_generation == 4 and args.num_generations == 4
+    assert args.max_steps == 10 and args.save_steps == 4  # 2 optimiser steps per rollout step
+    assert args.learning_rate == 2e-6 and args.beta == 0.05
+    assert args.epsilon == 0.2 and args.epsilon_high == 0.28
+    assert args.loss_type == "grpo" and args.scale_rewards == "none"
+    assert args.max_completion_length == 300 and args.use_cpu
+
+
+def test_batch_layout_over_devices():
+    config = load_config(
+        ["data.train_batch_size=8", "agent.num_chains=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
+    )
+    layout = batch_layout(config, world_size=4)
+    assert (layout.micro_batch, layout.grad_accum, layout.steps_per_rollout) == (4, 4, 1)
+    assert layout.micro_batch * layout.grad_accum * 4 == 64
+    with pytest.raises(ConfigError, match="do not split"):
+        batch_layout(load_config(["data.train_batch_size=1", "agent.num_chains=3"]), world_size=2)

@@ -1,0 +1,218 @@
+"""The multi-turn rollout engine: token-in/token-out, env_mask, budgets, template checks, HF sampling."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import gymnasium as gym
+import pytest
+import torch
+
+import agentfly_envs  # noqa: F401
+from agentfly_train.generation import Generation, HFGenerationBackend, SamplingParams
+from agentfly_train.rollout import ChatCodec, RolloutBudgets, TemplateError, run_rollouts, summarize
+from agentfly_train.tiny_model import build_model
+
+ENV_ID = "agentfly/Arith-Calc"
+
+
+class ScriptedPolicy:
+    """A policy that plays fixed assistant texts per episode (identified by its prompt), as token ids."""
+
+    def __init__(self, codec: ChatCodec, scripts: dict[tuple[int, ...], list[str]]) -> None:
+        self.codec = codec
+        self.scripts = {prompt: list(turns) for prompt, turns in scripts.items()}
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], params: SamplingParams):
+        out = []
+        for ids, budget in zip(prompts, max_new_tokens, strict=True):
+            prompt = next(p for p in self.scripts if tuple(ids[: len(p)]) == p)
+            text = self.scripts[prompt].pop(0) if self.scripts[prompt] else "The answer is \\boxed{0}."
+            tokens = [*self.codec.encode(text), self.codec.eos_token_id][:budget]
+            out.append(Generation(tokens, [-0.25] * len(tokens), tokens[-1] == self.codec.eos_token_id))
+        return out
+
+
+class RecordingBackend:
+    """Wraps a real backend and keeps every generation it returned, per call."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.calls: list[list[Generation]] = []
+
+    def generate(self, prompts, max_new_tokens, params):
+        generations = self.backend.generate(prompts, max_new_tokens, params)
+        self.calls.append(generations)
+        return generations
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_tokenizer):
+    envs = [gym.make(ENV_ID, level="easy", max_turns=4) for _ in range(3)]
+    _, info = envs[0].reset(options={"index": 0})
+    codec = ChatCodec(tiny_tokenizer, info["tools"])
+    tasks = [envs[0].unwrapped.tasks.row(i) for i in range(3)]
+    executor = ThreadPoolExecutor(4)
+    yield envs, codec, tasks, executor
+    executor.shutdown()
+
+
+def golden_scripts(envs, codec, tasks):
+    scripts = {}
+    for env, task in zip(envs, tasks, strict=True):
+        _, info = env.reset(options={"task": task})
+        scripts[tuple(codec.prompt_ids(info["messages"]))] = env.unwrapped.golden_actions()
+    return scripts
+
+
+def test_golden_episodes_token_layout_rewards_and_template_equivalence(setup):
+    envs, codec, tasks, executor = setup
+    policy = ScriptedPolicy(codec, golden_scripts(envs, codec, tasks))
+    budgets = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=1024)
+    trajectories = run_rollouts(envs, tasks, policy, codec, budgets, SamplingParams(), executor)
+    for trajectory in trajectories:
+        assert trajectory.reward == 1.0 and trajectory.correct and trajectory.finish_reason == "stop"
+        assert len(trajectory.completion_ids) == len(trajectory.env_mask) == len(trajectory.logprobs)
+        # Rebuild the expected completion turn by turn: sampled ids (mask 1), then the template's tool turn (mask 0).
+        expected_ids, expected_mask = [], []
+        assistant = [m for m in trajectory.messages if m["role"] == "assistant"]
+        tools = [m for m in trajectory.messages if m["role"] == "tool"]
+        assert len(assistant) == trajectory.num_turns == len(tools) + 1
+        for turn, message in enumerate(assistant):
+            sampled = [*codec.encode(message["content"]), codec.eos_token_id]
+            expected_ids += sampled
+            expected_mask += [1] * len(sampled)
+            if turn < len(tools):
+                observation = codec.observation_ids([tools[turn]], closed_turn=True)
+                expected_ids += observation
+                expected_mask += [0] * len(observation)
+        assert trajectory.completion_ids == expected_ids
+        assert trajectory.env_mask == expected_mask
+        assert all(lp == -0.25 for lp, m in zip(trajectory.logprobs, trajectory.env_mask, strict=True) if m)
+        assert all(lp == 0.0 for lp, m in zip(trajectory.logprobs, trajectory.env_mask, strict=True) if not m)
+        # The token sequence is exactly the chat template's rendering of the conversation.
+        text = codec.tokenizer.decode(trajectory.prompt_ids + trajectory.completion_ids)
+        assert codec.render(trajectory.messages, add_generation_prompt=False).startswith(text)
+    stats = summarize(trajectories)
+    assert stats["accuracy"] == 1.0 and stats["finish_reason/stop"] == 1.0
+    assert stats["episode/tool_calls"] == pytest.approx(sum(t.num_tool_calls for t in trajectories) / 3)
+
+
+def test_real_model_sampled_ids_are_exactly_the_trained_ids(setup):
+    envs, codec, tasks, executor = setup
+    model = build_model(codec.tokenizer, hidden_size=32, seed=1)
+    backend = RecordingBackend(HFGenerationBackend.for_model(model, codec.tokenizer.pad_token_id, [codec.eos_token_id]))
+    # Make every turn a tool call by prompting through scripted prefixes? No: let the random model sample freely,
+    # then check the masks against what it sampled.
+    budgets = RolloutBudgets(max_turns=3, max_tokens_per_turn=12, response_length=200)
+    torch.manual_seed(0)
+    trajectories = run_rollouts(envs, tasks, backend, codec, budgets, SamplingParams(temperature=1.0), executor)
+    sampled_per_episode = [[] for _ in tasks]
+    logprobs_per_episode = [[] for _ in tasks]
+    active = list(range(len(tasks)))
+    for call in backend.calls:
+        for index, generation in zip(active, call, strict=True):
+            sampled_per_episode[index] += generation.token_ids
+            logprobs_per_episode[index] += generation.logprobs
+        active = [i for i in active if trajectories[i].num_turns > backend.calls.index(call) + 1]
+    for trajectory, sampled, logprobs in zip(trajectories, sampled_per_episode, logprobs_per_episode, strict=True):
+        trained = [t for t, m in zip(trajectory.completion_ids, trajectory.env_mask, strict=True) if m]
+        assert trained == sampled
+        kept = [lp for lp, m in zip(trajectory.logprobs, trajectory.env_mask, strict=True) if m]
+        assert kept == pytest.approx(logprobs)
+        assert all(max(len(g.token_ids) for g in call) <= budgets.max_tokens_per_turn for call in backend.calls)
+
+
+def test_hf_backend_logprobs_equal_a_forward_pass_at_the_sampling_temperature(tiny_tokenizer):
+    model = build_model(tiny_tokenizer, hidden_size=32, seed=2)
+    backend = HFGenerationBackend.for_model(model, tiny_tokenizer.pad_token_id, [tiny_tokenizer.eos_token_id])
+    prompts = [tiny_tokenizer("Ava has 3 boxes")["input_ids"], tiny_tokenizer("Hi")["input_ids"]]
+    torch.manual_seed(0)
+    generations = backend.generate(prompts, [10, 6], SamplingParams(temperature=0.7))
+    assert [len(g.token_ids) <= b for g, b in zip(generations, [10, 6], strict=True)] == [True, True]
+    model.eval()
+    for prompt, generation in zip(prompts, generations, strict=True):
+        ids = torch.tensor([prompt + generation.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : -1]
+        expected = torch.log_softmax(logits / 0.7, dim=-1).gather(1, torch.tensor(generation.token_ids)[:, None])
+        assert generation.logprobs == pytest.approx(expected.squeeze(1).tolist(), abs=1e-4)
+        assert generation.stopped == (generation.token_ids[-1] == tiny_tokenizer.eos_token_id)
+
+
+def test_greedy_generation_is_deterministic_and_left_padding_does_not_change_it(tiny_tokenizer):
+    model = build_model(tiny_tokenizer, hidden_size=32, seed=3)
+    backend = HFGenerationBackend.for_model(model, tiny_tokenizer.pad_token_id, [tiny_tokenizer.eos_token_id])
+    short, long = tiny_tokenizer("Hi")["input_ids"], tiny_tokenizer("Ava has 3 boxes with 4 apples")["input_ids"]
+    alone = backend.generate([short], [8], SamplingParams(temperature=0))[0]
+    batched = backend.generate([long, short], [8, 8], SamplingParams(temperature=0))[1]
+    assert alone.token_ids == batched.token_ids
+
+
+def test_turn_budget_ends_with_max_turns(setup):
+    envs, codec, tasks, executor = setup
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1+1"}}\n</tool_call>'
+    scripts = {key: [call] * 10 for key in golden_scripts(envs[:1], codec, tasks[:1])}
+    budgets = RolloutBudgets(max_turns=3, max_tokens_per_turn=64, response_length=4096)
+    envs[0].unwrapped.max_turns = 3
+    try:
+        (trajectory,) = run_rollouts(
+            envs[:1], tasks[:1], ScriptedPolicy(codec, scripts), codec, budgets, SamplingParams(), executor
+        )
+    finally:
+        envs[0].unwrapped.max_turns = 4
+    assert trajectory.num_turns == 3 and trajectory.finish_reason == "max_turns" and trajectory.reward == 0.0
+    assert trajectory.num_tool_calls == 3
+
+
+def test_observation_that_would_overflow_the_completion_budget_ends_the_episode(setup):
+    envs, codec, tasks, executor = setup
+    scripts = golden_scripts(envs[:1], codec, tasks[:1])
+    first_turn = len(codec.encode(next(iter(scripts.values()))[0])) + 1
+    budgets = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=first_turn + 3)
+    (trajectory,) = run_rollouts(
+        envs[:1], tasks[:1], ScriptedPolicy(codec, scripts), codec, budgets, SamplingParams(), executor
+    )
+    assert trajectory.finish_reason == "length" and trajectory.reward == 0.0
+    assert len(trajectory.completion_ids) == first_turn and all(trajectory.env_mask)
+
+
+def test_completion_budget_cuts_a_turn_and_ends_the_episode_unscored(setup):
+    envs, codec, tasks, executor = setup
+    scripts = golden_scripts(envs[:1], codec, tasks[:1])
+    budgets = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=5)
+    (trajectory,) = run_rollouts(
+        envs[:1], tasks[:1], ScriptedPolicy(codec, scripts), codec, budgets, SamplingParams(), executor
+    )
+    assert trajectory.finish_reason == "length" and len(trajectory.completion_ids) == 5 and trajectory.num_turns == 1
+
+
+def test_per_turn_budget_without_eos_closes_the_turn_with_an_untrained_eos(setup):
+    envs, codec, tasks, executor = setup
+    scripts = golden_scripts(envs[:1], codec, tasks[:1])
+    first = next(iter(scripts.values()))[0]
+    per_turn = len(codec.encode(first))  # the call fits but its EOS does not
+    budgets = RolloutBudgets(max_turns=4, max_tokens_per_turn=per_turn, response_length=4096)
+    (trajectory,) = run_rollouts(
+        envs[:1], tasks[:1], ScriptedPolicy(codec, scripts), codec, budgets, SamplingParams(), executor
+    )
+    assert trajectory.completion_ids[per_turn] == codec.eos_token_id
+    assert trajectory.env_mask[per_turn] == 0 and trajectory.env_mask[per_turn - 1] == 1
+    assert trajectory.num_tool_calls >= 1
+
+
+NOT_PREFIX_PRESERVING = (
+    "{%- for message in messages %}{%- if message.role != 'assistant' or loop.last %}"
+    "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+
+
+def test_template_that_drops_past_turns_is_rejected_at_start_up(setup, tiny_tokenizer):
+    envs, _, tasks, _ = setup
+    _, info = envs[0].reset(options={"task": tasks[0]})
+    codec = ChatCodec(tiny_tokenizer, None, chat_template=NOT_PREFIX_PRESERVING)
+    with pytest.raises(TemplateError, match="not prefix-preserving"):
+        codec.check_prefix_preserving(info["messages"], [*envs[0].unwrapped.golden_actions()[:1], "42", "done"])
+    ChatCodec(tiny_tokenizer, info["tools"]).check_prefix_preserving(info["messages"], ["a", "42", "done"])
