@@ -155,6 +155,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     world_size = PartialState(cpu=device == "cpu").num_processes
     _check_world(config, world_size, device)
     args = grpo_config(config, world_size, device)  # fails on bad sizes before any model is loaded
+    checkpoint = resume_checkpoint(config)
     set_seed(config.trainer.seed)
     run_dir = Path(config.trainer.default_local_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -166,7 +167,6 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     model, tokenizer = load_policy(config)
     codec = make_codec(config, tokenizer, train_env, train_tasks[0])
     result = RunResult(run_dir=str(run_dir))
-    checkpoint = resume_checkpoint(config)
 
     if config.sft.enable and checkpoint is None:
         demos = golden_token_rows(train_env, codec, train_tasks[: config.sft.num_demos])

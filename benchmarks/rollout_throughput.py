@@ -1,0 +1,120 @@
+"""Multi-turn rollout throughput: agentfly_train's engine against TRL's built-in tool loop.
+
+Both sides use the same tiny model (warm-started on golden demonstrations so it calls tools), the same
+tasks, batch, sampling and token budgets, and are timed through the same TRL entry point,
+``_generate_and_score_completions`` (rollout, rewards, advantages), alternating repeats in one run.
+
+    python benchmarks/rollout_throughput.py --episodes 32 --repeats 3 --json benchmarks/results/rollout_throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=32, help="episodes per batch (prompts x chains)")
+    parser.add_argument("--chains", type=int, default=4, help="rollouts per prompt")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sft-steps", type=int, default=60, help="warm-start steps so the model calls tools")
+    parser.add_argument("--response-length", type=int, default=256)
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+
+    import gymnasium as gym
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    import agentfly_envs  # noqa: F401
+    from agentfly_envs.adapters.trl import make_trl_environment, trl_dataset_rows
+    from agentfly_train.config import load_config
+    from agentfly_train.data import trl_dataset
+    from agentfly_train.generation import SamplingParams
+    from agentfly_train.rollout import RolloutBudgets
+    from agentfly_train.sft import golden_token_rows, warm_start
+    from agentfly_train.tiny_model import build_model, build_tokenizer
+    from agentfly_train.train import make_codec
+    from agentfly_train.trainer import AgentGRPOTrainer, AgentRollout, EnvPool
+
+    torch.manual_seed(0)
+    env_kwargs = {"level": "easy", "max_turns": args.max_turns, "tools": ("calculator", "answer")}
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, hidden_size=128)
+    env = gym.make("agentfly/Arith-Calc", **env_kwargs)
+    tasks = [env.unwrapped.tasks.row(i) for i in range(args.episodes // args.chains)]
+    codec = make_codec(load_config(), tokenizer, env, tasks[0])
+    with tempfile.TemporaryDirectory() as scratch:
+        warm_start(
+            model, tokenizer, golden_token_rows(env, codec, [env.unwrapped.tasks.row(i) for i in range(256)]),
+            steps=args.sft_steps, lr=3e-3, batch_size=16, output_dir=scratch, use_cpu=True, seed=0,
+        )  # fmt: skip
+
+        def grpo_args(name: str) -> GRPOConfig:
+            return GRPOConfig(
+                output_dir=f"{scratch}/{name}", per_device_train_batch_size=args.episodes,
+                num_generations=args.chains, max_completion_length=args.response_length, temperature=1.0,
+                gradient_checkpointing=False, report_to=[], use_cpu=True, save_strategy="no", seed=0,
+                max_tool_calling_iterations=args.max_turns - 1, disable_tqdm=True,
+            )  # fmt: skip
+
+        prompts = []
+        for task in tasks:
+            _, info = env.reset(options={"task": task})
+            prompts.append(codec.render(info["messages"], add_generation_prompt=True))
+        ours = AgentGRPOTrainer(
+            agent=AgentRollout(
+                pool=EnvPool("agentfly/Arith-Calc", env_kwargs), codec=codec,
+                budgets=RolloutBudgets(args.max_turns, args.response_length, args.response_length),
+                train_params=SamplingParams(1.0), val_params=SamplingParams(0.0), executor=ThreadPoolExecutor(8),
+            ),
+            model=model, args=grpo_args("ours"), train_dataset=trl_dataset(tasks, prompts), processing_class=tokenizer,
+        )  # fmt: skip
+        factory = make_trl_environment("agentfly/Arith-Calc", **env_kwargs)
+        rows = trl_dataset_rows("agentfly/Arith-Calc", num_rows=len(tasks), **env_kwargs)
+        theirs = GRPOTrainer(
+            model=model, args=grpo_args("trl"), train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+            environment_factory=factory,
+        )  # fmt: skip
+        our_batch = [row for row in ours.train_dataset for _ in range(args.chains)]
+        their_batch = [row for row in theirs.train_dataset for _ in range(args.chains)]
+        figures: dict[str, list[dict[str, float]]] = {"agentfly": [], "trl": []}
+        for _ in range(args.repeats):
+            for name, trainer, batch in (("agentfly", ours, our_batch), ("trl", theirs, their_batch)):
+                trainer.model.train()
+                start = time.perf_counter()
+                output = trainer._generate_and_score_completions(batch)
+                seconds = time.perf_counter() - start
+                mask = output["completion_mask"] * output.get("tool_mask", 1)
+                figures[name].append(
+                    {
+                        "seconds": seconds,
+                        "tokens_per_s": float(mask.sum()) / seconds,
+                        "episodes_per_s": len(batch) / seconds,
+                    }
+                )
+    summary = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in figures.items()}
+    summary["ratio"] = {k: summary["agentfly"][k] / summary["trl"][k] for k in ("tokens_per_s", "episodes_per_s")}
+    print(f"{'':10} {'s/batch':>9} {'gen tok/s':>10} {'episodes/s':>11}")
+    for name in ("agentfly", "trl"):
+        row = summary[name]
+        print(f"{name:10} {row['seconds']:9.2f} {row['tokens_per_s']:10.1f} {row['episodes_per_s']:11.2f}")
+    ratio = summary["ratio"]
+    print(f"ratio agentfly/trl: tokens/s {ratio['tokens_per_s']:.2f}x, episodes/s {ratio['episodes_per_s']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"args": vars(args), "summary": summary, "runs": figures}, file, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""A run killed mid-step and resumed loses no completed step and repeats none."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SMALL_RUN = [
+    "agent.env_kwargs.level=single",
+    "agent.num_chains=2",
+    "agent.max_tokens_per_turn=16",
+    "data.train_batch_size=2",
+    "data.val_size=0",
+    "actor_rollout_ref.rollout.response_length=64",
+    "actor_rollout_ref.model.tiny_hidden_size=32",
+    "actor_rollout_ref.actor.optim.lr=1e-3",
+    "sft.enable=false",
+    "trainer.total_training_steps=4",
+    "trainer.save_freq=1",
+]
+
+
+def _command(run_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "agentfly_train",
+        "--no-progress",
+        *SMALL_RUN,
+        f"trainer.default_local_dir={run_dir}",
+        *extra,
+    ]
+
+
+def _steps(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    subprocess.run(_command(reference), cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=300)
+
+    process = subprocess.Popen(
+        _command(killed), cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 240
+    while not (killed / "checkpoint-2" / "trainer_state.json").exists():  # step 3 is under way after this
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended before its second checkpoint"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+    done = subprocess.run(_command(killed), cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((killed / "result.json").read_text())
+    assert result["resumed_from"] is not None and Path(result["resumed_from"]).name.startswith("checkpoint-")
+    assert result["steps"] == 4
+    steps = [record["step"] for record in _steps(killed)]
+    assert steps == [1, 2, 3, 4]  # no step lost, none logged twice
+    # Model, optimiser, RNG and data position were restored: the resumed steps are the uninterrupted run's.
+    for ours, theirs in zip(_steps(killed), _steps(reference), strict=True):
+        assert ours["reward/mean"] == pytest.approx(theirs["reward/mean"])
+        assert ours["episode/response_length"] == pytest.approx(theirs["episode/response_length"])
+        assert ours["loss"] == pytest.approx(theirs["loss"], abs=1e-5)
+
+
+def test_resume_path_must_be_a_checkpoint(tmp_path):
+    done = subprocess.run(
+        _command(tmp_path / "run", "trainer.resume_mode=resume_path", f"trainer.resume_from_path={tmp_path}"),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "is not a checkpoint" in done.stderr
