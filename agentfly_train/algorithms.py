@@ -18,8 +18,7 @@ same inputs. Where verl's output is an accident of its implementation we differ,
   group of equal rewards always gets advantage 0. verl's float32 sums can leave a residue of ~1e-8
   that ``epsilon = 1e-6`` turns into advantages up to ~0.06 (eight rewards of 0.7 in one group).
 - Whitening over fewer than two valid tokens returns zeros where verl raises ``ValueError``.
-- Losses over a batch with no valid token are 0 (verl divides 0 by 0), and non-finite values on
-  masked tokens never reach a loss or a KL (verl multiplies them by the mask, and NaN * 0 is NaN).
+- Losses over a batch with no valid token are 0 (verl divides 0 by 0).
 - ``kl_penalty`` kind ``"full"`` (exact KL over the vocabulary) exists; verl raises
   ``NotImplementedError`` for it.
 """
@@ -47,9 +46,10 @@ T = TypeVar("T")
 class AdvantageEstimator:
     """A registered advantage estimator.
 
-    ``fn(token_level_rewards, valid, **inputs) -> (advantages, returns)`` takes the ``(B, T)`` rewards
-    and the ``(B, T)`` bool mask positionally; ``inputs`` names its keyword-only parameters, drawn from
-    :data:`ESTIMATOR_INPUTS`, which :func:`compute_advantage` passes in.
+    ``fn(token_level_rewards, mask, **inputs) -> (advantages, returns)`` takes the ``(B, T)`` rewards and
+    the ``(B, T)`` 0/1 mask (in the rewards' dtype) positionally and returns two ``(B, T)`` tensors that are 0
+    wherever the mask is. ``inputs`` names its keyword-only parameters, drawn from :data:`ESTIMATOR_INPUTS`,
+    which :func:`compute_advantage` passes in.
     """
 
     fn: Callable[..., tuple[Tensor, Tensor]]
@@ -66,7 +66,7 @@ KL_PENALTIES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {}
 """KL kind (``algorithm.kl_penalty``, ``actor.kl_loss_type``) -> ``fn(logprob, ref_logprob) -> (B, T) estimate``."""
 
 LOSS_AGG_MODES: dict[str, Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]] = {}
-"""Mode (``actor.loss_agg_mode``) -> ``fn(loss_mat, valid) -> (total, default denominator)``."""
+"""Mode (``actor.loss_agg_mode``) -> ``fn(loss_mat, mask) -> (total, default denominator)``, mask 0/1 float."""
 
 
 def _add(registry: dict, name: str, entry: object) -> None:
@@ -122,22 +122,22 @@ def _register(registry: dict, *names: str) -> Callable[[Fn], Fn]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _masked_mean(x: Tensor, valid: Tensor) -> Tensor:
-    """Mean of ``x`` over ``valid`` (same shape, bool); 0 when nothing is valid."""
-    return torch.where(valid, x, 0).sum() / valid.sum().clamp(min=1)
+def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``x`` over the entries where the 0/1 float ``mask`` (same shape) is 1; 0 when there are none."""
+    return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
-def _masked_whiten(x: Tensor, valid: Tensor) -> Tensor:
-    """(x - mean) / sqrt(var + 1e-8), mean and unbiased var over the valid entries; 0 where not valid.
+def _masked_whiten(x: Tensor, mask: Tensor) -> Tensor:
+    """(x - mean) / sqrt(var + 1e-8), mean and unbiased var over the valid entries; 0 where ``mask`` is 0.
 
     With fewer than two valid entries the variance is undefined and the result is all zeros.
     """
-    n = valid.sum()
+    n = mask.sum()
     if n < 2:
         return torch.zeros_like(x)
-    mean = torch.where(valid, x, 0).sum() / n
-    var = torch.where(valid, (x - mean).square(), 0).sum() / n * (n / (n - 1))  # Bessel's correction
-    return torch.where(valid, (x - mean) * torch.rsqrt(var + 1e-8), 0)
+    mean = (x * mask).sum() / n
+    var = ((x - mean).square() * mask).sum() / n * (n / (n - 1))  # Bessel's correction
+    return (x - mean) * torch.rsqrt(var + 1e-8) * mask
 
 
 def _reverse_scan(x: Tensor, factor: Tensor) -> Tensor:
@@ -155,19 +155,18 @@ def _reverse_scan(x: Tensor, factor: Tensor) -> Tensor:
     return y.T.contiguous()
 
 
-def _discounted_valid_sum(x: Tensor, valid: Tensor, discount: float) -> Tensor:
+def _discounted_valid_sum(x: Tensor, mask: Tensor, discount: float) -> Tensor:
     """y_t = x_t + discount * y_next on valid tokens, "next" being the next valid token (y = 0 after the last).
 
     Masked tokens are skipped: they add nothing and cost no discount step. Their own y (the carried value of
     the next valid token) is meaningless and left for the caller to mask.
     """
-    factor = torch.ones_like(x).masked_fill_(valid, discount)
-    return _reverse_scan(torch.where(valid, x, 0), factor)
+    return _reverse_scan(x * mask, mask * discount + (1 - mask))
 
 
-def _next_valid(x: Tensor, valid: Tensor) -> Tensor:
+def _next_valid(x: Tensor, mask: Tensor) -> Tensor:
     """(B, T): x at the first valid token strictly after t in the same row, 0 if there is none."""
-    at_or_after = _reverse_scan(torch.where(valid, x, 0), (~valid).to(x.dtype))  # y_t = x_t if valid else y_{t+1}
+    at_or_after = _reverse_scan(x * mask, 1 - mask)  # y_t = x_t if valid else y_{t+1}
     return torch.nn.functional.pad(at_or_after[:, 1:], (0, 1))
 
 
@@ -193,14 +192,26 @@ def _group_sum(x: Tensor, group: Tensor) -> Tensor:
     return torch.zeros(int(group.max()) + 1, dtype=x.dtype, device=x.device).index_add_(0, group, x)
 
 
+def _per_row(per_group: Tensor, group: Tensor) -> Tensor:
+    """(B,) each row's entry of a (G,) per-group tensor."""
+    return per_group.index_select(0, group)
+
+
+def _group_reduce(x: Tensor, group: Tensor, reduce: str) -> Tensor:
+    """(B,) for each row, the ``reduce`` ("amax" or "amin") of ``x`` (B,) over the row's group."""
+    per_group = torch.empty(int(group.max()) + 1, dtype=x.dtype, device=x.device)
+    return _per_row(per_group.scatter_reduce_(0, group, x, reduce, include_self=False), group)
+
+
 def _group_mean_std(scores: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per row: mean, unbiased std and size of its group, float64 (B,) each. A group of one: mean 0, std 1."""
     s = scores.double()
     size = torch.bincount(group).to(s.dtype)  # (G,)
     mean = _group_sum(s, group) / size
-    std = (_group_sum((s - mean[group]).square(), group) / (size - 1).clamp(min=1)).sqrt()
+    std = (_group_sum((s - _per_row(mean, group)).square(), group) / (size - 1).clamp(min=1)).sqrt()
     single = size == 1
-    return mean.masked_fill(single, 0.0)[group], std.masked_fill(single, 1.0)[group], size[group]
+    mean, std = mean.masked_fill(single, 0.0), std.masked_fill(single, 1.0)
+    return _per_row(mean, group), _per_row(std, group), _per_row(size, group)
 
 
 def _outcome_scores(token_level_rewards: Tensor) -> Tensor:
@@ -212,21 +223,21 @@ def _outcome_scores(token_level_rewards: Tensor) -> Tensor:
     return token_level_rewards.sum(-1)
 
 
-def _per_token(advantage: Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
-    """A (B,) per-response advantage broadcast to (B, T) in ``like``'s dtype, returned as (advantages, returns)."""
-    per_token = advantage.to(like.dtype)[:, None].expand_as(like)
+def _per_token(advantage: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """A (B,) per-response advantage on every valid token, (B, T) in ``mask``'s dtype, as (advantages, returns)."""
+    per_token = advantage.to(mask.dtype)[:, None] * mask
     return per_token, per_token
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Advantage estimators. Each returns (advantages, returns), (B, T); compute_advantage masks both.
+# Advantage estimators. Each returns (advantages, returns), (B, T), both 0 on masked tokens.
 # s_i is response i's outcome score (see _outcome_scores), g its group, n its group's size.
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 @register_advantage_estimator("gae")
 def gae(
-    token_level_rewards: Tensor, valid: Tensor, *, values: Tensor, gamma: float, lam: float
+    token_level_rewards: Tensor, mask: Tensor, *, values: Tensor, gamma: float, lam: float
 ) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation (Schulman et al., 2016, arXiv:1506.02438), whitened over the batch.
 
@@ -234,16 +245,16 @@ def gae(
     the last one); returns R_t = A_t + V_t are taken before whitening A over all valid tokens of the batch.
     ``values``: (B, T) float, the critic's V_t for each response token.
     """
-    next_values = _next_valid(values, valid)  # (B, T) V_t'
+    next_values = _next_valid(values, mask)  # (B, T) V_t'
     deltas = token_level_rewards + gamma * next_values - values  # (B, T) TD errors δ_t
-    advantages = _discounted_valid_sum(deltas, valid, gamma * lam)
-    returns = advantages + values
-    return _masked_whiten(advantages, valid), returns
+    advantages = _discounted_valid_sum(deltas, mask, gamma * lam)
+    returns = (advantages + values) * mask
+    return _masked_whiten(advantages, mask), returns
 
 
 @register_advantage_estimator("grpo")
 def grpo(
-    token_level_rewards: Tensor, valid: Tensor, *, group: Tensor, norm_adv_by_std_in_grpo: bool, epsilon: float
+    token_level_rewards: Tensor, mask: Tensor, *, group: Tensor, norm_adv_by_std_in_grpo: bool, epsilon: float
 ) -> tuple[Tensor, Tensor]:
     """GRPO (Shao et al., 2024, arXiv:2402.03300): A_i = (s_i − mean_g s) / (std_g s + ε) on every token of i.
 
@@ -255,12 +266,12 @@ def grpo(
     advantage = scores - mean
     if norm_adv_by_std_in_grpo:
         advantage = advantage / (std + epsilon)
-    return _per_token(advantage, token_level_rewards)
+    return _per_token(advantage, mask)
 
 
 @register_advantage_estimator("grpo_passk")
 def grpo_passk(
-    token_level_rewards: Tensor, valid: Tensor, *, group: Tensor, norm_adv_by_std_in_grpo: bool, epsilon: float
+    token_level_rewards: Tensor, mask: Tensor, *, group: Tensor, norm_adv_by_std_in_grpo: bool, epsilon: float
 ) -> tuple[Tensor, Tensor]:
     """Pass@k training (Chen et al., 2025, arXiv:2503.19595): only the best response of each group is credited.
 
@@ -275,32 +286,28 @@ def grpo_passk(
     if bool((size < 2).any()):
         raise ValueError("grpo_passk needs at least two responses per prompt; sample n >= 2 per group.")
     rows = torch.arange(scores.numel(), device=scores.device)
-    best = torch.full_like(_group_sum(scores, group), -torch.inf).scatter_reduce(0, group, scores, "amax")  # (G,)
-    best_rows = torch.where(scores == best[group], rows, scores.numel())  # (B,) row number if it scores the max
-    winner = torch.full_like(best, scores.numel(), dtype=torch.long).scatter_reduce(0, group, best_rows, "amin")
-    is_winner = rows == winner[group]  # (B,) the first best row of each group
-    runner_up = torch.full_like(best, -torch.inf).scatter_reduce(
-        0, group, scores.masked_fill(is_winner, -torch.inf), "amax"
-    )
-    gap = (best - runner_up)[group]  # (B,)
+    best = _group_reduce(scores, group, "amax")  # (B,) top score of the row's group
+    is_winner = rows == _group_reduce(torch.where(scores == best, rows, scores.numel()), group, "amin")
+    runner_up = _group_reduce(scores.masked_fill(is_winner, -torch.inf), group, "amax")  # (B,)
+    gap = best - runner_up
     if norm_adv_by_std_in_grpo:
         gap = gap / (std + epsilon)
-    return _per_token(torch.where(is_winner, gap, 0.0), token_level_rewards)
+    return _per_token(torch.where(is_winner, gap, 0.0), mask)
 
 
 @register_advantage_estimator("reinforce_plus_plus")
-def reinforce_plus_plus(token_level_rewards: Tensor, valid: Tensor, *, gamma: float) -> tuple[Tensor, Tensor]:
+def reinforce_plus_plus(token_level_rewards: Tensor, mask: Tensor, *, gamma: float) -> tuple[Tensor, Tensor]:
     """REINFORCE++ (Hu, 2025, arXiv:2501.03262): discounted return-to-go, whitened over the batch.
 
     G_t = r_t + γ G_t' (t' the next valid token; masked tokens' rewards are ignored); A = whiten(G) over all
     valid tokens of the batch. Returns G.
     """
-    returns = _discounted_valid_sum(token_level_rewards, valid, gamma)
-    return _masked_whiten(returns, valid), returns
+    returns = _discounted_valid_sum(token_level_rewards, mask, gamma) * mask
+    return _masked_whiten(returns, mask), returns
 
 
 @register_advantage_estimator("reinforce_plus_plus_baseline")
-def reinforce_plus_plus_baseline(token_level_rewards: Tensor, valid: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
+def reinforce_plus_plus_baseline(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
     """REINFORCE++-baseline (Hu, 2025, arXiv:2501.03262): A = whiten(s_i − mean_g s) over all valid tokens.
 
     The group mean of a group of one is 0. Whitening is per token, so long responses weigh more in the
@@ -308,52 +315,52 @@ def reinforce_plus_plus_baseline(token_level_rewards: Tensor, valid: Tensor, *, 
     """
     scores = _outcome_scores(token_level_rewards)
     mean, _, _ = _group_mean_std(scores, group)
-    centred, _ = _per_token(scores - mean, token_level_rewards)
-    advantages = _masked_whiten(centred, valid)
+    centred, _ = _per_token(scores - mean, mask)
+    advantages = _masked_whiten(centred, mask)
     return advantages, advantages
 
 
 @register_advantage_estimator("rloo")
-def rloo(token_level_rewards: Tensor, valid: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
+def rloo(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
     """RLOO (Ahmadian et al., 2024, arXiv:2402.14740): A_i = s_i − mean of the other n − 1 scores of g.
 
     Computed as (n s_i − Σ_g s) / (n − 1). A group of one has no baseline: A_i = s_i.
     """
     scores = _outcome_scores(token_level_rewards).double()
-    size = torch.bincount(group).to(scores.dtype)[group]  # (B,) n
-    loo = (size * scores - _group_sum(scores, group)[group]) / (size - 1).clamp(min=1)
-    return _per_token(torch.where(size > 1, loo, scores), token_level_rewards)
+    size = _per_row(torch.bincount(group).to(scores.dtype), group)  # (B,) n
+    loo = (size * scores - _per_row(_group_sum(scores, group), group)) / (size - 1).clamp(min=1)
+    return _per_token(torch.where(size > 1, loo, scores), mask)
 
 
 @register_advantage_estimator("remax")
-def remax(token_level_rewards: Tensor, valid: Tensor, *, reward_baselines: Tensor) -> tuple[Tensor, Tensor]:
+def remax(token_level_rewards: Tensor, mask: Tensor, *, reward_baselines: Tensor) -> tuple[Tensor, Tensor]:
     """ReMax (Li et al., 2023, arXiv:2310.10505): A_t = G_t − b, G_t the undiscounted return-to-go.
 
     G_t = Σ r_k over valid k >= t; ``reward_baselines``: (B,) float, b = the reward of a greedy rollout of the
     same prompt. Returns G (``gamma`` is not used, as in verl).
     """
-    returns = torch.where(valid, token_level_rewards, 0).flip(-1).cumsum(-1).flip(-1)  # (B, T) G_t
-    return returns - reward_baselines[:, None], returns
+    returns = (token_level_rewards * mask).flip(-1).cumsum(-1).flip(-1) * mask  # (B, T) G_t
+    return torch.addcmul(returns, reward_baselines[:, None], mask, value=-1), returns  # G_t − b on valid tokens
 
 
 @register_advantage_estimator("opo")
-def opo(token_level_rewards: Tensor, valid: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
+def opo(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
     """OPO (Hao et al., 2025, arXiv:2505.23585): A_i = s_i − b_g, b_g the length-weighted mean score of g.
 
     b_g = Σ_g |y_j| s_j / Σ_g |y_j|, |y_j| the number of valid tokens of response j. A group of one, or one
     whose responses are all empty, has b_g = 0.
     """
     scores = _outcome_scores(token_level_rewards).double()
-    length = valid.sum(-1).to(scores.dtype)  # (B,) |y_i|
-    size = torch.bincount(group)[group]
-    weighted = _group_sum(length * scores, group)[group]
-    total_length = _group_sum(length, group)[group]
+    length = mask.sum(-1).to(scores.dtype)  # (B,) |y_i|
+    size = _per_row(torch.bincount(group), group)
+    weighted = _per_row(_group_sum(length * scores, group), group)
+    total_length = _per_row(_group_sum(length, group), group)
     baseline = torch.where((size > 1) & (total_length > 0), weighted / total_length.clamp(min=1), 0.0)
-    return _per_token(scores - baseline, token_level_rewards)
+    return _per_token(scores - baseline, mask)
 
 
 @register_advantage_estimator("gpg")
-def gpg(token_level_rewards: Tensor, valid: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
+def gpg(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
     """GPG (Chu et al., 2025, arXiv:2504.02546): A_i = α (s_i − mean_g s), α = B / #{i : s_i ≠ 0}.
 
     α rescales for responses that carry no gradient signal (α = B when every score is 0); a group of one has
@@ -362,7 +369,7 @@ def gpg(token_level_rewards: Tensor, valid: Tensor, *, group: Tensor) -> tuple[T
     scores = _outcome_scores(token_level_rewards)
     mean, _, _ = _group_mean_std(scores, group)
     alpha = scores.numel() / torch.count_nonzero(scores).clamp(min=1)
-    return _per_token(alpha * (scores.double() - mean), token_level_rewards)
+    return _per_token(alpha * (scores.double() - mean), mask)
 
 
 _INPUT_ARGUMENT = {"group": "index", "values": "values", "reward_baselines": "reward_baselines"}
@@ -412,7 +419,7 @@ def compute_advantage(
     entry = get_advantage_estimator(estimator)
     shape = token_level_rewards.shape
     _check_shape("response_mask", response_mask, shape)
-    valid = response_mask.bool()
+    mask = response_mask.to(token_level_rewards.dtype)
     supplied = {
         "group": None if index is None else _group_ids(index, shape[0], token_level_rewards.device),
         "values": values,
@@ -429,8 +436,7 @@ def compute_advantage(
         _check_shape("values", values, shape)
     if "reward_baselines" in entry.inputs:
         _check_shape("reward_baselines", reward_baselines, shape[:1])
-    advantages, returns = entry.fn(token_level_rewards, valid, **{name: supplied[name] for name in entry.inputs})
-    return torch.where(valid, advantages, 0), torch.where(valid, returns, 0)
+    return entry.fn(token_level_rewards, mask, **{name: supplied[name] for name in entry.inputs})
 
 
 def _check_shape(name: str, tensor: Tensor, shape: torch.Size) -> None:
@@ -473,8 +479,9 @@ def _with_k2_gradient(estimate: Callable[[Tensor, Tensor], Tensor]) -> Callable[
     """Straight-through: the value of ``estimate`` with the gradient of k2 (unbiased KL gradient; verl's "+")."""
 
     def penalty(logprob: Tensor, ref_logprob: Tensor) -> Tensor:
+        value = estimate(logprob, ref_logprob).detach()
         k2 = _k2(logprob, ref_logprob)
-        return k2 - k2.detach() + estimate(logprob, ref_logprob).detach()
+        return k2 - k2.detach() + value
 
     return penalty
 
@@ -660,13 +667,13 @@ def apply_kl_penalty(
     Returns:
         (token_level_rewards (B, T), {"kl": mean per-sequence KL in nats per token, "kl_coef": β used}).
     """
-    valid = response_mask.bool()
     kl = kl_penalty(old_log_probs, ref_log_probs, kind)
     _check_shape(f"the {kind!r} KL", kl, token_level_scores.shape)
-    kl = torch.where(valid, kl, 0)  # (B, T)
+    mask = response_mask.to(kl.dtype)
+    kl = kl * mask  # (B, T)
     beta = kl_ctrl.value
     token_level_rewards = token_level_scores - beta * kl
-    sequence_kl = kl.sum(-1) / valid.sum(-1).clamp(min=1)  # (B,)
+    sequence_kl = kl.sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
     current_kl = sequence_kl.mean().item()
     kl_ctrl.update(current_kl, n_steps=token_level_scores.shape[0])
     return token_level_rewards, {"kl": current_kl, "kl_coef": beta}
@@ -678,28 +685,29 @@ def apply_kl_penalty(
 
 
 @_register(LOSS_AGG_MODES, "token-mean")
-def _token_mean(loss_mat: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+def _token_mean(loss_mat: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """Σ over valid tokens / number of valid tokens: every token weighs the same (DAPO)."""
-    return torch.where(valid, loss_mat, 0).sum(), valid.sum()
+    return (loss_mat * mask).sum(), mask.sum()
 
 
 @_register(LOSS_AGG_MODES, "seq-mean-token-sum")
-def _seq_mean_token_sum(loss_mat: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+def _seq_mean_token_sum(loss_mat: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """Σ over sequences of (Σ over their valid tokens) / number of non-empty sequences."""
-    return torch.where(valid, loss_mat, 0).sum(), valid.any(-1).sum()
+    return (loss_mat * mask).sum(), (mask.sum(-1) > 0).sum()
 
 
 @_register(LOSS_AGG_MODES, "seq-mean-token-mean")
-def _seq_mean_token_mean(loss_mat: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+def _seq_mean_token_mean(loss_mat: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """Σ over sequences of (mean over their valid tokens) / number of non-empty sequences (original GRPO)."""
-    per_sequence = torch.where(valid, loss_mat, 0).sum(-1) / valid.sum(-1).clamp(min=1)  # (B,)
-    return per_sequence.sum(), valid.any(-1).sum()
+    length = mask.sum(-1)  # (B,)
+    per_sequence = (loss_mat * mask).sum(-1) / length.clamp(min=1)  # (B,)
+    return per_sequence.sum(), (length > 0).sum()
 
 
 @_register(LOSS_AGG_MODES, "seq-mean-token-sum-norm")
-def _seq_mean_token_sum_norm(loss_mat: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+def _seq_mean_token_sum_norm(loss_mat: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """seq-mean-token-sum further divided by T, the padded response length (Dr. GRPO's constant)."""
-    return torch.where(valid, loss_mat, 0).sum(), valid.any(-1).sum() * loss_mat.shape[-1]
+    return (loss_mat * mask).sum(), (mask.sum(-1) > 0).sum() * loss_mat.shape[-1]
 
 
 def agg_loss(loss_mat: Tensor, loss_mask: Tensor, mode: str, *, denominator: float | Tensor | None = None) -> Tensor:
@@ -717,7 +725,7 @@ def agg_loss(loss_mat: Tensor, loss_mask: Tensor, mode: str, *, denominator: flo
     Returns:
         Scalar loss; 0 when the batch has nothing to count (verl: NaN).
     """
-    total, count = _lookup(LOSS_AGG_MODES, "loss aggregation mode", mode)(loss_mat, loss_mask.bool())
+    total, count = _lookup(LOSS_AGG_MODES, "loss aggregation mode", mode)(loss_mat, loss_mask.to(loss_mat.dtype))
     return total / (count.clamp(min=1) if denominator is None else denominator)
 
 
@@ -760,7 +768,6 @@ def policy_loss(
     """
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c is the dual-clip bound and must be > 1; got {clip_ratio_c}.")
-    valid = response_mask.bool()
     log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
     ratio = log_ratio.exp()
     pg_losses1 = -advantages * ratio
@@ -768,11 +775,12 @@ def policy_loss(
     clipped = torch.maximum(pg_losses1, pg_losses2)
     pg_losses3 = -advantages * clip_ratio_c
     pg_losses = torch.where(advantages < 0, torch.minimum(clipped, pg_losses3), clipped)
-    loss = agg_loss(pg_losses, valid, loss_agg_mode, denominator=denominator)
+    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, denominator=denominator)
+    mask = response_mask.to(log_ratio.dtype)
     metrics = {
-        "pg_clipfrac": _masked_mean((pg_losses2 > pg_losses1).float(), valid),
-        "pg_clipfrac_lower": _masked_mean(((clipped > pg_losses3) & (advantages < 0)).float(), valid),
-        "ppo_kl": _masked_mean(-log_ratio, valid),
+        "pg_clipfrac": _masked_mean((pg_losses2 > pg_losses1).to(mask.dtype), mask),
+        "pg_clipfrac_lower": _masked_mean(((clipped > pg_losses3) & (advantages < 0)).to(mask.dtype), mask),
+        "ppo_kl": _masked_mean(-log_ratio, mask),
     }
     return loss, {name: value.detach() for name, value in metrics.items()}
 
@@ -801,9 +809,9 @@ def value_loss(
     Returns:
         (loss, clipfrac): clipfrac is the detached fraction of valid tokens where the clipped term was larger.
     """
-    valid = response_mask.bool()
     vpreds_clipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
     vf_losses1 = (vpreds - returns).square()
     vf_losses2 = (vpreds_clipped - returns).square()
-    loss = 0.5 * agg_loss(torch.maximum(vf_losses1, vf_losses2), valid, loss_agg_mode, denominator=denominator)
-    return loss, _masked_mean((vf_losses2 > vf_losses1).float(), valid).detach()
+    loss = 0.5 * agg_loss(torch.maximum(vf_losses1, vf_losses2), response_mask, loss_agg_mode, denominator=denominator)
+    mask = response_mask.to(vf_losses1.dtype)
+    return loss, _masked_mean((vf_losses2 > vf_losses1).to(mask.dtype), mask).detach()
