@@ -7,7 +7,8 @@ Shapes: ``B`` responses in the batch, ``T`` response tokens per row (right-padde
 size. ``response_mask`` is ``(B, T)``, bool or 0/1 numbers: 1 marks a token the policy sampled,
 0 marks padding and tool/env tokens of multi-turn episodes (``env_mask = 0``). Masked tokens never
 receive advantage, return, KL or loss, and sequential quantities (returns, GAE) skip over them: the
-token after a tool span follows the token before it as if the span were not there.
+token after a tool span follows the token before it as if the span were not there. Masks are applied
+by multiplication (as in verl), so values on masked tokens must be finite.
 
 The numbers are those of verl 0.9.1 (``verl/trainer/ppo/core_algos.py``) on every valid token, for the
 same inputs. Where verl's output is an accident of its implementation we differ, always on purpose:
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -273,7 +274,7 @@ def grpo(
 def grpo_passk(
     token_level_rewards: Tensor, mask: Tensor, *, group: Tensor, norm_adv_by_std_in_grpo: bool, epsilon: float
 ) -> tuple[Tensor, Tensor]:
-    """Pass@k training (Chen et al., 2025, arXiv:2503.19595): only the best response of each group is credited.
+    """Pass@k training (arXiv:2503.19595, as in verl): only the best response of each group is credited.
 
     A_best = (max_g s − second max_g s) / (std_g s + ε) (no division with ``norm_adv_by_std_in_grpo=False``);
     every other response gets 0, as do all responses of a group whose top two scores tie.
@@ -441,7 +442,7 @@ def compute_advantage(
 
 def _check_shape(name: str, tensor: Tensor, shape: torch.Size) -> None:
     if tensor.shape != shape:
-        raise ValueError(f"{name} has shape {tuple(tensor.shape)}; expected {tuple(shape)} (B, T as the rewards).")
+        raise ValueError(f"{name} has shape {tuple(tensor.shape)}; expected {tuple(shape)}, to match the rewards.")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -500,13 +501,14 @@ def _log_softmax_pair(logits: Tensor, ref_logits: Tensor) -> tuple[Tensor, Tenso
     return logits.to(dtype).log_softmax(-1), ref_logits.to(dtype).log_softmax(-1)
 
 
-def _chunks(chunk_size: int, *tensors: Tensor) -> zip:
-    """Zips ``tensors`` flattened to (N, last dim) and split into chunks of ``chunk_size`` rows."""
-    return zip(*(t.reshape(-1, t.shape[-1]).split(chunk_size) for t in tensors), strict=True)
+def _row_chunks(num_rows: int, chunk_size: int) -> Iterator[slice]:
+    """Consecutive slices of at most ``chunk_size`` rows covering ``num_rows``."""
+    return (slice(start, start + chunk_size) for start in range(0, num_rows, chunk_size))
 
 
 class _FullKL(torch.autograd.Function):
-    """Exact KL per position; forward and backward run over chunks of positions and never hold (N, V) buffers.
+    """Exact KL per position; forward and backward run over chunks of positions and never hold (N, V) buffers
+    besides the inputs and their gradients.
 
     The backward recomputes each chunk's softmaxes instead of saving them: ∂KL/∂z = p (log p − log q − KL) for
     the policy logits z and ∂KL/∂z_ref = q − p for the reference logits, p = softmax(z), q = softmax(z_ref).
@@ -514,27 +516,34 @@ class _FullKL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: Tensor, ref_logits: Tensor, chunk_size: int) -> Tensor:
-        kl = []
-        for z, z_ref in _chunks(chunk_size, logits, ref_logits):
-            log_p, log_q = _log_softmax_pair(z, z_ref)
-            kl.append((log_p.exp() * (log_p - log_q)).sum(-1))
-        kl = torch.cat(kl).view(logits.shape[:-1])
+        z, z_ref = logits.reshape(-1, logits.shape[-1]), ref_logits.reshape(-1, logits.shape[-1])  # (N, V)
+        kl = z.new_empty(z.shape[0], dtype=torch.promote_types(z.dtype, torch.float32))  # (N,)
+        for rows in _row_chunks(z.shape[0], chunk_size):
+            log_p, log_q = _log_softmax_pair(z[rows], z_ref[rows])
+            kl[rows] = (log_p.exp() * (log_p - log_q)).sum(-1)
         ctx.chunk_size = chunk_size
         ctx.save_for_backward(logits, ref_logits, kl)
-        return kl
+        return kl.view(logits.shape[:-1])
 
     @staticmethod
     def backward(ctx, grad_kl: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
         logits, ref_logits, kl = ctx.saved_tensors
-        grads, ref_grads = [], []
-        for z, z_ref, g, kl_rows in _chunks(ctx.chunk_size, logits, ref_logits, grad_kl[..., None], kl[..., None]):
-            log_p, log_q = _log_softmax_pair(z, z_ref)
+        z, z_ref = logits.reshape(-1, logits.shape[-1]), ref_logits.reshape(-1, logits.shape[-1])  # (N, V)
+        g, kl = grad_kl.reshape(-1, 1), kl[:, None]  # (N, 1)
+        grad = torch.empty_like(z) if ctx.needs_input_grad[0] else None
+        ref_grad = torch.empty_like(z_ref) if ctx.needs_input_grad[1] else None
+        for rows in _row_chunks(z.shape[0], ctx.chunk_size):
+            log_p, log_q = _log_softmax_pair(z[rows], z_ref[rows])
             p = log_p.exp()
-            grads.append((g * p * (log_p - log_q - kl_rows)).to(logits.dtype))
-            ref_grads.append((g * (log_q.exp() - p)).to(ref_logits.dtype))
-        grad = torch.cat(grads).view_as(logits) if ctx.needs_input_grad[0] else None
-        ref_grad = torch.cat(ref_grads).view_as(ref_logits) if ctx.needs_input_grad[1] else None
-        return grad, ref_grad, None
+            if grad is not None:
+                grad[rows] = g[rows] * p * (log_p - log_q - kl[rows])
+            if ref_grad is not None:
+                ref_grad[rows] = g[rows] * (log_q.exp() - p)
+        return (
+            None if grad is None else grad.view_as(logits),
+            None if ref_grad is None else ref_grad.view_as(ref_logits),
+            None,
+        )
 
 
 def full_kl(logits: Tensor, ref_logits: Tensor, chunk_size: int = 256) -> Tensor:
@@ -543,8 +552,8 @@ def full_kl(logits: Tensor, ref_logits: Tensor, chunk_size: int = 256) -> Tensor
     Args:
         logits: (B, T, V) or (..., V) policy logits (any float dtype; computed in at least float32).
         ref_logits: Reference-model logits, same shape.
-        chunk_size: Positions per chunk. Peak extra memory is a few times chunk_size * V floats, in the forward
-            and the backward alike (the backward recomputes the softmaxes instead of storing them).
+        chunk_size: Positions per chunk. Beyond the inputs (and in the backward their gradients), peak memory is
+            a few times chunk_size * V floats: the backward recomputes the softmaxes instead of storing them.
 
     Returns:
         (B, T) (the logits' shape without V) in nats, float32 or wider. Differentiable in both inputs.

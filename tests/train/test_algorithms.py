@@ -90,7 +90,7 @@ def test_missing_inputs_and_bad_shapes_raise():
         alg.compute_advantage("remax", rewards, mask)
     with pytest.raises(ValueError, match="3 group labels for a batch of 2"):
         alg.compute_advantage("grpo", rewards, mask, index=["a", "b", "c"])
-    with pytest.raises(ValueError, match="values has shape \\(2, 3\\)"):
+    with pytest.raises(ValueError, match="values has shape \\(2, 3\\); expected \\(2, 4\\)"):
         alg.compute_advantage("gae", rewards, mask, values=torch.zeros(2, 3))
     with pytest.raises(ValueError, match="response_mask has shape"):
         alg.compute_advantage("rloo", rewards, mask[:, :2], index=[0, 0])
@@ -288,6 +288,17 @@ def test_full_kl_gradients_match_autograd_and_pass_gradcheck():
     ((log_p.exp() * (log_p - log_q)).sum(-1) * weights).sum().backward()
     close(ours[0], logits.grad, atol=1e-10)
     close(ours[1], ref_logits.grad, atol=1e-10)
+
+
+def test_full_kl_frozen_reference_and_bf16_policy():
+    torch.manual_seed(4)
+    logits = torch.randn(2, 3, 9).bfloat16().requires_grad_()
+    ref_logits = torch.randn(2, 3, 9).bfloat16()  # a frozen reference model: no gradient wanted
+    alg.full_kl(logits, ref_logits, chunk_size=4).sum().backward()
+    assert logits.grad.dtype == torch.bfloat16 and ref_logits.grad is None
+    log_p, log_q = logits.float().log_softmax(-1), ref_logits.float().log_softmax(-1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1, keepdim=True)
+    close(logits.grad.float(), log_p.exp() * (log_p - log_q - kl), atol=1e-2)  # bf16 holds ~3 digits
 
 
 def test_full_kl_rejects_mismatched_inputs():
