@@ -340,7 +340,7 @@ def remax(token_level_rewards: Tensor, mask: Tensor, *, reward_baselines: Tensor
     G_t = Σ r_k over valid k >= t; ``reward_baselines``: (B,) float, b = the reward of a greedy rollout of the
     same prompt. Returns G (``gamma`` is not used, as in verl).
     """
-    returns = (token_level_rewards * mask).flip(-1).cumsum(-1).flip(-1) * mask  # (B, T) G_t
+    returns = (token_level_rewards * mask).flip(-1).cumsum_(-1).flip(-1).mul_(mask)  # (B, T) G_t
     return torch.addcmul(returns, reward_baselines[:, None], mask, value=-1), returns  # G_t − b on valid tokens
 
 
