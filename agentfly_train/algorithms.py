@@ -123,6 +123,11 @@ def _register(registry: dict, *names: str) -> Callable[[Fn], Fn]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def _float_mask(mask: Tensor, like: Tensor) -> Tensor:
+    """``mask`` as 0/1 numbers in ``like``'s dtype, at least float32 so token counts stay exact."""
+    return mask.to(torch.promote_types(like.dtype, torch.float32))
+
+
 def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``x`` over the entries where the 0/1 float ``mask`` (same shape) is 1; 0 when there are none."""
     return (x * mask).sum() / mask.sum().clamp(min=1)
@@ -678,7 +683,7 @@ def apply_kl_penalty(
     """
     kl = kl_penalty(old_log_probs, ref_log_probs, kind)
     _check_shape(f"the {kind!r} KL", kl, token_level_scores.shape)
-    mask = response_mask.to(kl.dtype)
+    mask = _float_mask(response_mask, kl)
     kl = kl * mask  # (B, T)
     beta = kl_ctrl.value
     token_level_rewards = token_level_scores - beta * kl
@@ -734,7 +739,7 @@ def agg_loss(loss_mat: Tensor, loss_mask: Tensor, mode: str, *, denominator: flo
     Returns:
         Scalar loss; 0 when the batch has nothing to count (verl: NaN).
     """
-    total, count = _lookup(LOSS_AGG_MODES, "loss aggregation mode", mode)(loss_mat, loss_mask.to(loss_mat.dtype))
+    total, count = _lookup(LOSS_AGG_MODES, "loss aggregation mode", mode)(loss_mat, _float_mask(loss_mask, loss_mat))
     return total / (count.clamp(min=1) if denominator is None else denominator)
 
 
@@ -785,7 +790,7 @@ def policy_loss(
     pg_losses3 = -advantages * clip_ratio_c
     pg_losses = torch.where(advantages < 0, torch.minimum(clipped, pg_losses3), clipped)
     loss = agg_loss(pg_losses, response_mask, loss_agg_mode, denominator=denominator)
-    mask = response_mask.to(log_ratio.dtype)
+    mask = _float_mask(response_mask, log_ratio)
     metrics = {
         "pg_clipfrac": _masked_mean((pg_losses2 > pg_losses1).to(mask.dtype), mask),
         "pg_clipfrac_lower": _masked_mean(((clipped > pg_losses3) & (advantages < 0)).to(mask.dtype), mask),
@@ -822,5 +827,5 @@ def value_loss(
     vf_losses1 = (vpreds - returns).square()
     vf_losses2 = (vpreds_clipped - returns).square()
     loss = 0.5 * agg_loss(torch.maximum(vf_losses1, vf_losses2), response_mask, loss_agg_mode, denominator=denominator)
-    mask = response_mask.to(vf_losses1.dtype)
+    mask = _float_mask(response_mask, vf_losses1)
     return loss, _masked_mean((vf_losses2 > vf_losses1).to(mask.dtype), mask).detach()

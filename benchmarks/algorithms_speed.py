@@ -242,7 +242,7 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| function | ours (ms) | verl (ms) | verl / ours | max abs diff |", "|---|---:|---:|---:|---:|"]
     for row in rows:
         verl_ms = f"{row['verl_s'] * 1e3:.1f}" if row.get("verl_s") is not None else "n/a"
-        ratio = f"{row['verl_s'] / row['ours_s']:.1f}x" if row.get("verl_s") is not None else "n/a"
+        ratio = f"{row['verl_s'] / row['ours_s']:.2f}x" if row.get("verl_s") is not None else "n/a"
         diff = f"{row['max_abs_diff']:.1e}" if row.get("max_abs_diff") is not None else "n/a"
         lines.append(f"| {row['name']} | {row['ours_s'] * 1e3:.1f} | {verl_ms} | {ratio} | {diff} |")
     return "\n".join(lines)

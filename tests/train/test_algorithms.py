@@ -363,6 +363,21 @@ def test_agg_loss_modes(mode, expected):
     close(alg.agg_loss(LOSS, torch.zeros_like(LOSS_MASK), mode), 0.0)  # nothing valid: 0, not NaN
 
 
+@pytest.mark.parametrize("mode", sorted(alg.LOSS_AGG_MODES))
+def test_agg_loss_counts_exactly_for_bfloat16_losses(mode):
+    loss = torch.full((1, 5000), 3.0, dtype=torch.bfloat16)
+    loss[0, 0] = 50.0
+    mask = (torch.arange(5000) < 4097)[None]  # 4097 tokens: not a bfloat16 number
+    expected = {"token-mean": (50 + 3 * 4096) / 4097, "seq-mean-token-sum": 50 + 3 * 4096}
+    expected["seq-mean-token-mean"], expected["seq-mean-token-sum-norm"] = (
+        expected["token-mean"],
+        (50 + 3 * 4096) / 5000,
+    )
+    result = alg.agg_loss(loss, mask, mode)
+    assert result.dtype == torch.float32  # summed and counted in float32, not in the loss's bfloat16
+    close(result, expected[mode], atol=1e-3)
+
+
 def test_policy_loss_clips_and_dual_clips():
     # (A, ratio): plain clip above 1.2; clip below 0.8; dual clip caps -A·ρ at -A·3; inside the range.
     advantages = torch.tensor([[1.0, -1.0, -1.0, 1.0]])
