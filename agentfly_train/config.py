@@ -21,13 +21,9 @@ TINY_MODEL = "agentfly:tiny"
 
 AGENT_TYPES = {"hf": "hermes", "react": "react", "code": "code"}
 """``agent.agent_type`` -> the env parser that reads the model's turns."""
-ADV_ESTIMATORS = (
-    "grpo", "gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo", "remax", "grpo_passk", "opo", "gpg",
-)  # fmt: skip
-"""Accepted ``algorithm.adv_estimator`` names (verl's); :data:`TRAINABLE_ESTIMATORS` run today."""
 TRAINABLE_ESTIMATORS = ("grpo",)
-KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
-KL_CONTROLLERS = ("fixed", "adaptive")
+"""``algorithm.adv_estimator`` values the trainer runs today (all of ``algorithms.ADVANTAGE_ESTIMATORS`` are accepted
+names)."""
 BACKENDS = ("hf", "vllm")
 LOGGERS = ("console", "wandb", "tensorboard")
 RESUME_MODES = ("auto", "disable", "resume_path")
@@ -475,6 +471,7 @@ def validate(config: TrainConfig) -> None:
     import gymnasium as gym
 
     import agentfly_envs  # noqa: F401  (registers the env ids)
+    from agentfly_train.algorithms import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_PENALTIES
 
     agent, algorithm, data = config.agent, config.algorithm, config.data
     actor, rollout, trainer = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.trainer
@@ -483,10 +480,10 @@ def validate(config: TrainConfig) -> None:
         _check_choice("agent.env", agent.env, known)
     _check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
     _check_choice("actor_rollout_ref.rollout.name / agent.backend", config.backend, BACKENDS)
-    _check_choice("algorithm.adv_estimator", algorithm.adv_estimator, ADV_ESTIMATORS)
-    _check_choice("algorithm.kl_penalty", algorithm.kl_penalty, KL_PENALTIES)
-    _check_choice("algorithm.kl_ctrl.type", algorithm.kl_ctrl.type, KL_CONTROLLERS)
-    _check_choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTIES)
+    _check_choice("algorithm.adv_estimator", algorithm.adv_estimator, list(ADVANTAGE_ESTIMATORS))
+    _check_choice("algorithm.kl_penalty", algorithm.kl_penalty, list(KL_PENALTIES))
+    _check_choice("algorithm.kl_ctrl.type", algorithm.kl_ctrl.type, list(KL_CONTROLLERS))
+    _check_choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, list(KL_PENALTIES))
     _check_choice("actor_rollout_ref.model.dtype", config.actor_rollout_ref.model.dtype, DTYPES)
     _check_choice("trainer.resume_mode", trainer.resume_mode, RESUME_MODES)
     for name in trainer.logger:

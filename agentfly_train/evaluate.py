@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
 from agentfly_train.config import TrainConfig
-from agentfly_train.generation import SamplingParams
-from agentfly_train.rollout import RolloutBudgets
 
 
 def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]], Path]:
@@ -23,8 +20,8 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
         :func:`~agentfly_train.rollout.summarize` (``accuracy``, ``reward/mean``, ...).
     """
     from agentfly_train.models import load_policy, training_device
-    from agentfly_train.train import env_kwargs, make_codec, val_rows
-    from agentfly_train.trainer import AgentRollout, EnvPool, generation_backend_for, trajectory_record
+    from agentfly_train.train import agent_rollout, env_kwargs, make_codec, val_rows
+    from agentfly_train.trainer import generation_backend_for, trajectory_record
 
     kwargs = env_kwargs(config, validation=True)
     env = gym.make(config.agent.env, **kwargs)
@@ -33,16 +30,7 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     model.to(training_device(config))
     codec = make_codec(config, tokenizer, env, rows[0])
     env.close()
-    rollout = config.actor_rollout_ref.rollout
-    params = SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k)
-    agent = AgentRollout(
-        pool=EnvPool(config.agent.env, kwargs),
-        codec=codec,
-        budgets=RolloutBudgets(config.agent.max_turns, config.agent.max_tokens_per_turn, rollout.response_length),
-        train_params=params,
-        val_params=params,
-        executor=ThreadPoolExecutor(max_workers=rollout.env_workers),
-    )
+    agent = agent_rollout(config, codec, kwargs)
     try:
         stats, trajectories = agent.evaluate(generation_backend_for(model, tokenizer), rows, config.data.val_batch_size)
     finally:

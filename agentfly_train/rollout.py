@@ -252,9 +252,9 @@ def run_rollouts(
                 continue
             (_, reward, terminated, truncated, info), seconds = results[n]
             trajectory.env_seconds += seconds
-            calls, _ = _episode_counts(info)
+            calls, errors = _episode_counts(info)
             trajectory.num_tool_calls += calls
-            trajectory.num_tool_errors = sum(info.get("error_counts", {}).values())
+            trajectory.num_tool_errors = errors
             if terminated or truncated:
                 _finish(trajectory, envs[index], "stop" if terminated else "max_turns", reward, info)
                 continue

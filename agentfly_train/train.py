@@ -103,6 +103,26 @@ class RunResult:
     resumed_from: str | None = None
 
 
+def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any]) -> Any:
+    """The rollout engine's settings for the configured agent: an env pool made with ``kwargs``, the
+    budgets, training and validation sampling, and the env-stepping threads (shut down by the caller)."""
+    from agentfly_train.trainer import AgentRollout, EnvPool
+
+    rollout = config.actor_rollout_ref.rollout
+    return AgentRollout(
+        pool=EnvPool(config.agent.env, kwargs),
+        codec=codec,
+        budgets=RolloutBudgets(
+            max_turns=config.agent.max_turns if config.agent.use_agent else 1,
+            max_tokens_per_turn=config.agent.max_tokens_per_turn,
+            response_length=rollout.response_length,
+        ),
+        train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
+        val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
+        executor=ThreadPoolExecutor(max_workers=rollout.env_workers),
+    )
+
+
 def resume_checkpoint(config: TrainConfig) -> str | None:
     """The checkpoint to resume from, per ``trainer.resume_mode``.
 
@@ -148,9 +168,10 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     from agentfly_train.callbacks import AgentCallback
     from agentfly_train.models import load_policy, lora_config, training_device
     from agentfly_train.sft import golden_token_rows, warm_start
-    from agentfly_train.trainer import AgentGRPOTrainer, AgentRollout, EnvPool
+    from agentfly_train.trainer import AgentGRPOTrainer
     from agentfly_train.trl_args import grpo_config
 
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
     device = training_device(config)
     world_size = PartialState(cpu=device == "cpu").num_processes
     _check_world(config, world_size, device)
@@ -186,19 +207,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     train_env.close()
     val_env.close()
 
-    rollout = config.actor_rollout_ref.rollout
-    agent = AgentRollout(
-        pool=EnvPool(config.agent.env, train_kwargs),
-        codec=codec,
-        budgets=RolloutBudgets(
-            max_turns=1 if not config.agent.use_agent else config.agent.max_turns,
-            max_tokens_per_turn=config.agent.max_tokens_per_turn,
-            response_length=rollout.response_length,
-        ),
-        train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
-        val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
-        executor=ThreadPoolExecutor(max_workers=rollout.env_workers),
-    )
+    agent = agent_rollout(config, codec, train_kwargs)
     prompts = [codec.render(_opening(agent.pool, row), add_generation_prompt=True) for row in train_tasks]
     trainer = AgentGRPOTrainer(
         agent=agent,
@@ -248,4 +257,3 @@ def _replace_console_callbacks(trainer: Any, callback: Any) -> None:
     for console in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(console)
     trainer.add_callback(callback)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
