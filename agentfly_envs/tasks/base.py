@@ -8,7 +8,7 @@ solution. It never sees tools, parsers or rewards: the env composes those.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +51,13 @@ class TaskSource(ABC):
         """Row ``index`` (0-based, in file order), as a new dict."""
 
     @abstractmethod
-    def system_prompt(self, answer_by_tool: bool) -> str:
-        """The task's instructions; ``answer_by_tool`` says whether the episode ends by an ``answer`` call."""
+    def system_prompt(self, answer_by_tool: bool, tools: Sequence[str]) -> str:
+        """The task's instructions.
+
+        Args:
+            answer_by_tool: Whether the episode ends by an ``answer`` call (else by a turn without calls).
+            tools: The names of the env's tools, for instructions that depend on them.
+        """
 
     @abstractmethod
     def user_prompt(self, row: Row) -> str:

@@ -63,16 +63,19 @@ class MathWordProblems(TaskSource):
 
     required_fields = ("question", "answer")
 
-    def system_prompt(self, answer_by_tool: bool) -> str:
+    def system_prompt(self, answer_by_tool: bool, tools: Sequence[str]) -> str:
         finish = (
             "When you know the answer, call the answer tool with the final number."
             if answer_by_tool
             else "When you know the answer, reply without calling a tool and write the final answer as \\boxed{N}."
         )
-        return (
-            "You are a careful assistant that solves math word problems step by step. "
-            f"Use the calculator tool for every arithmetic step. {finish}"
-        )
+        if "calculator" in tools:
+            compute = "Use the calculator tool for every arithmetic step."
+        elif {"python", "python_executor"} & set(tools):
+            compute = "Compute every arithmetic step with Python code."
+        else:
+            compute = "Use the tools for every arithmetic step."
+        return f"You are a careful assistant that solves math word problems step by step. {compute} {finish}"
 
     def user_prompt(self, row: Row) -> str:
         return row["question"].strip()

@@ -32,7 +32,7 @@ def test_unknown_name_suggests_close_match_and_lists_known():
 
 
 def test_builtin_registries_hold_what_the_readme_lists():
-    assert set(TOOLS) == {"answer", "calculator", "python"}
+    assert set(TOOLS) == {"answer", "calculator", "python", "python_executor"}
     assert set(PARSERS) == {"code", "hermes", "react", "tool_calls"}
     assert set(REWARDS) == {"math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward"}
     assert set(TASKS) == {"arithmetic", "gsm8k"}
