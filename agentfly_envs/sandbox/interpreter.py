@@ -58,8 +58,7 @@ class Interpreter:
         sys.modules["__main__"] = module
         self.namespace = module.__dict__
         self._stdout, self._stderr = os.dup(1), os.dup(2)
-        sys.stdout = sys.__stdout__ = _unbuffered_text(1)
-        sys.stderr = sys.__stderr__ = _unbuffered_text(2)
+        self._restore_stdio()
 
     def serve(self, sock: socket.socket) -> None:
         """Answers run requests until the pool closes the socket."""
@@ -128,10 +127,12 @@ class Interpreter:
         signal.signal(signal.SIGXCPU, signal.SIG_IGN)
 
     def _restore_stdio(self) -> None:
-        """Points fds 1 and 2 and ``sys.stdout``/``sys.stderr`` at the session's output again."""
+        """Points fds 1 and 2 and new ``sys.stdout``/``sys.stderr`` at the session's output (whatever the
+        last cell did to them)."""
         os.dup2(self._stdout, 1)
         os.dup2(self._stderr, 2)
-        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        sys.stdout = sys.__stdout__ = _unbuffered_text(1)
+        sys.stderr = sys.__stderr__ = _unbuffered_text(2)
 
     @staticmethod
     def _report(error: BaseException) -> str:

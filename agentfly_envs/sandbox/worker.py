@@ -204,7 +204,10 @@ class ForkServer:
                 return
             if message.get("op") != "spawn":
                 return
-            self._spawn(message, fds)
+            try:
+                self._spawn(message, fds)
+            except OSError:  # the pool closed its end while we forked: nobody is left to answer
+                return
 
     def start_session(self, sock_fd: int, output_fd: int, limits: SandboxLimits, namespaces: bool) -> int:
         """Forks the guard of a new session and returns its pid; the two descriptors pass to the session."""
@@ -252,12 +255,14 @@ class ForkServer:
             if pid == 0:
                 return
             if pid in self._guards:
-                self._clean_up(*self._guards.pop(pid))
+                self._clean_up(pid, *self._guards.pop(pid))
 
-    def _clean_up(self, slot: int, workdir: str) -> None:
-        """Kills what is left of a finished session (as root without namespaces: every process of its uid) and
-        removes its directory; a failure is reported on stderr and does not stop the server."""
+    def _clean_up(self, guard_pid: int, slot: int, workdir: str) -> None:
+        """Kills what is left of a finished session (its process group, which the guard led, and as root without
+        namespaces every process of its uid) and removes its directory; a failure is reported on stderr."""
         try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(guard_pid, signal.SIGKILL)
             if os.geteuid() == 0 and not self.namespaces:
                 _kill_all_of_user(isolation.SANDBOX_UID_BASE + slot)
             shutil.rmtree(workdir, onerror=_make_writable_and_retry)
