@@ -445,7 +445,8 @@ def _make_tools(names: Sequence[str], options: Mapping[str, Mapping[str, Any]]) 
         try:
             tools[tool.name] = tool.for_env(**options.get(name, {}))
         except TypeError as e:
-            params = [p for p in inspect.signature(tool.for_env).parameters if p != "options"]
+            parameters = inspect.signature(tool.for_env).parameters.values()
+            params = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
             guesses = [difflib.get_close_matches(key, params, n=1) for key in options.get(name, {})]
             hints = "".join(f" Did you mean {close[0]!r}?" for close in guesses if close)
             raise TypeError(f"tool_options[{name!r}]: {e}.{hints} Tool {name!r} takes {params}.") from e

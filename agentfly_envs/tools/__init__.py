@@ -5,7 +5,7 @@ Built in: ``calculator`` (safe arithmetic), ``python`` (a program in a fresh san
 and ``answer`` (submits the final answer and ends the episode).
 """
 
-from agentfly_envs.tools import answer, calculator, python, python_executor  # noqa: F401  (registers the tools)
+from agentfly_envs.tools import answer, calculator, python, python_executor, search  # noqa: F401  (registers them)
 from agentfly_envs.tools.base import TOOLS, CallStatus, Tool, ToolError, ToolResult, get_tool, register_tool
 
 __all__ = ["TOOLS", "CallStatus", "Tool", "ToolError", "ToolResult", "get_tool", "register_tool"]
