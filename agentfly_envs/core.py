@@ -366,8 +366,9 @@ class ToolEnv(gym.Env[str, Action]):
     def golden_actions(self, row: Row | None = None) -> list[Action]:
         """The assistant turns that solve a task with this env's tools and parser, then answer.
 
-        Calculator expressions come from the task's golden solution; they are spread over at most
-        ``max_turns - 1`` turns (several calls per turn when needed), and the last turn answers.
+        The steps of the task's golden solution become calls (arithmetic to the calculator, or to
+        Python as ``print(expression)``; programs to Python; queries to ``search``); they are spread
+        over at most ``max_turns - 1`` turns (several calls per turn when needed), and the last turn answers.
 
         Args:
             row: The task; defaults to the current episode's row.
@@ -393,15 +394,26 @@ class ToolEnv(gym.Env[str, Action]):
             name = next(name for name, tool in self.tools.items() if tool.ends_episode)
             actions.append(self.parser.format_calls([ToolCall(name, {"answer": solution.answer})]))
         else:
-            actions.append(self.parser.format_final(f"The answer is \\boxed{{{solution.answer}}}."))
+            actions.append(self.parser.format_final(solution.final or f"The answer is \\boxed{{{solution.answer}}}."))
         return actions
 
     def _golden_calls(self, solution: GoldenSolution) -> list[ToolCall]:
         if "calculator" in self.tools:
-            return [ToolCall("calculator", {"expression": e}) for e in solution.expressions]
-        if "python" in self.tools:
-            return [ToolCall("python", {"code": f"print({e})"}) for e in solution.expressions]
-        raise AgentflyError(f"golden solutions call 'calculator' or 'python', and this env has only {list(self.tools)}")
+            calls = [ToolCall("calculator", {"expression": e}) for e in solution.expressions]
+        else:
+            calls = [self._golden_call("python", "code", f"print({e})") for e in solution.expressions]
+        calls += [self._golden_call("python", "code", program) for program in solution.programs]
+        return calls + [self._golden_call("search", "query", query) for query in solution.queries]
+
+    def _golden_call(self, tool_name: str, argument: str, value: str) -> ToolCall:
+        """A call of the env's tool answering to ``tool_name``, under the name its parser writes."""
+        tool = self._tool(tool_name)
+        if tool is None or self.parser.calls_only not in (None, tool_name):
+            raise AgentflyError(
+                f"golden solutions of {type(self.tasks).__name__} call a {tool_name!r} tool, and this env "
+                f"(tools {list(self.tools)}, format {self.parser.name!r}) cannot"
+            )
+        return ToolCall(tool_name if self.parser.calls_only else tool.name, {argument: value})
 
 
 @dataclass

@@ -21,17 +21,26 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class GoldenSolution:
-    """A reference solution: the arithmetic steps, in order, and the final answer.
+    """A reference solution: the steps, in order, in tool-neutral terms, and the final answer.
+
+    The env turns each kind of step into calls of the tool it has for it (see ``ToolEnv.golden_actions``).
 
     Attributes:
-        expressions: Calculator expressions that solve the task step by step (e.g. ``["16-3-4", "9*2"]``).
+        answer: The final answer text (what an ``answer`` call submits).
+        expressions: Arithmetic expressions that solve the task step by step (e.g. ``["16-3-4", "9*2"]``),
+            for a calculator, or printed by Python.
         results: The value each expression should give, as written in the data.
-        answer: The final answer text.
+        programs: Python programs to run (e.g. a solution and its example tests).
+        queries: Search queries that find the facts the answer rests on.
+        final: The final turn's text when answering without a tool (default: ``answer`` in ``\\boxed{}``).
     """
 
-    expressions: tuple[str, ...]
-    results: tuple[str, ...]
     answer: str
+    expressions: tuple[str, ...] = ()
+    results: tuple[str, ...] = ()
+    programs: tuple[str, ...] = ()
+    queries: tuple[str, ...] = ()
+    final: str | None = None
 
 
 class TaskSource(ABC):

@@ -35,6 +35,6 @@ def test_unknown_name_suggests_close_match_and_lists_known():
 def test_builtin_registries_hold_what_the_readme_lists():
     assert set(TOOLS) == {"answer", "calculator", "python", "python_executor", "search"}
     assert set(PARSERS) == {"code", "hermes", "react", "tool_calls"}
-    assert set(REWARDS) == {"math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward"}
-    assert set(TASKS) == {"arithmetic", "gsm8k"}
+    assert set(REWARDS) == {"code_reward", "math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward"}
+    assert set(TASKS) == {"arithmetic", "code_tests", "gsm8k", "hotpotqa"}
     assert set(RETRIEVERS) == {"bm25", "context", "http"}
