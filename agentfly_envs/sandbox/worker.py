@@ -290,8 +290,8 @@ def _kill_all_of_user(uid: int) -> None:
     if pid == 0:
         try:
             os.setresuid(uid, uid, uid)
-            for _ in range(1000):  # processes forked meanwhile are caught by the next round
-                os.kill(-1, signal.SIGKILL)
+            for _ in range(1000):  # processes forked meanwhile are caught by the next round; once none is
+                os.kill(-1, signal.SIGKILL)  # left, kill raises ProcessLookupError and the helper exits
         finally:
             os._exit(0)
     os.waitpid(pid, 0)

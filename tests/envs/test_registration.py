@@ -6,6 +6,7 @@ import pytest
 
 import agentfly_envs  # noqa: F401
 from tests.conftest import HUMANEVAL_SAMPLE, OFFLINE_KWARGS
+from tests.envs.golden import replay_golden_episodes
 
 FORMATS = {
     "agentfly/Math-Python": ("hermes", "react", "code", "tool_calls"),
@@ -15,23 +16,10 @@ FORMATS = {
 CASES = [(env_id, parser) for env_id, parsers in FORMATS.items() for parser in parsers]
 
 
-def replay_all(env: gym.Env) -> list[dict]:
-    """Plays every task's golden episode; returns the last step's info of each."""
-    infos = []
-    for index in range(len(env.unwrapped.tasks)):
-        env.reset(options={"index": index})
-        for action in env.unwrapped.golden_actions():
-            _, reward, terminated, truncated, info = env.step(action)
-            assert sum(info["error_counts"].values()) == 0, (index, info["messages"])
-        assert terminated and not truncated and reward == 1.0, (index, info)
-        infos.append(info)
-    return infos
-
-
 @pytest.mark.parametrize(("env_id", "parser"), CASES)
 def test_golden_episodes_score_one_in_every_format(env_id, parser):
     env = gym.make(env_id, parser=parser, **OFFLINE_KWARGS[env_id])
-    infos = replay_all(env)
+    infos = replay_golden_episodes(env)
     if env_id == "agentfly/Code-Tests":
         assert all(info["reward_components"]["passed"] == 1.0 for info in infos)
     if env_id == "agentfly/HotpotQA-Search":
@@ -42,7 +30,7 @@ def test_golden_episodes_score_one_in_every_format(env_id, parser):
 @pytest.mark.parametrize("env_id", ["agentfly/Math-Python", "agentfly/Code-Tests"])
 def test_golden_episodes_with_an_answer_tool(env_id):
     env = gym.make(env_id, tools=("python_executor", "answer"), **OFFLINE_KWARGS[env_id])
-    replay_all(env)
+    replay_golden_episodes(env)
     env.close()
 
 
@@ -50,7 +38,7 @@ def test_code_tests_reads_humaneval_style_rows():
     env = gym.make("agentfly/Code-Tests", data_files=str(HUMANEVAL_SAMPLE))
     observation, _ = env.reset(options={"index": 0})
     assert observation.startswith("Complete this Python function") and "def second_largest" in observation
-    replay_all(env)
+    replay_golden_episodes(env)
     env.close()
 
 

@@ -1,3 +1,5 @@
+import concurrent.futures
+
 import gymnasium as gym
 import pytest
 
@@ -99,3 +101,19 @@ def test_configuration_mistakes_raise_early():
 def test_nul_character_is_rejected_before_running():
     result = get_tool("python_executor").for_env()({"code": "print(1)\x00"})
     assert result.status is CallStatus.TOOL_ERROR and result.content == "Error: code contains a NUL character"
+
+
+def test_many_envs_in_threads_share_the_default_pool():
+    def play(n: int) -> list:
+        env = gym.make("agentfly/Arith-Calc", tools=("python_executor",), max_turns=21)
+        env.reset(options={"task": ROW})
+        outputs = []
+        for step in range(10):  # each thread's notebook holds its own x while the others write theirs
+            env.step(call(f"x = {n} * 1000 + {step}"))
+            outputs.append(env.step(call("x"))[0])
+        env.close()
+        return outputs
+
+    with concurrent.futures.ThreadPoolExecutor(8) as executor:
+        results = list(executor.map(play, range(8)))
+    assert results == [[f"{n * 1000 + step}\n" for step in range(10)] for n in range(8)]

@@ -7,6 +7,7 @@ from agentfly_envs.tasks import HotpotQATasks
 from agentfly_envs.tools import CallStatus, get_tool
 from agentfly_envs.tools.search import SearchTool
 from tests.conftest import HOTPOTQA_SAMPLE
+from tests.envs.golden import replay_golden_episodes
 from tests.envs.retrieval.server import serve_retrieval
 
 ENV_ID = "agentfly/HotpotQA-Search"
@@ -16,17 +17,6 @@ def sample_passages() -> list[Passage]:
     """Every paragraph of the HotpotQA sample, as one corpus."""
     tasks = HotpotQATasks(data_files=str(HOTPOTQA_SAMPLE))
     return [passage for index in range(len(tasks)) for passage in context_passages(tasks.row(index))]
-
-
-def golden_rewards(env: gym.Env) -> list[float]:
-    rewards = []
-    for index in range(len(env.unwrapped.tasks)):
-        env.reset(options={"index": index})
-        for action in env.unwrapped.golden_actions():
-            _, reward, _, _, info = env.step(action)
-            assert sum(info["error_counts"].values()) == 0, info["messages"]
-        rewards.append(reward)
-    return rewards
 
 
 def test_search_returns_numbered_passages_with_titles():
@@ -42,7 +32,7 @@ def test_env_with_a_corpus_file_backend(tmp_path):
     corpus.write_text("\n".join(f'{{"title": "{p.title}", "text": "{p.text}"}}' for p in sample_passages()))
     options = {"search": {"backend": "bm25", "corpus_file": str(corpus), "top_k": 2}}
     env = gym.make(ENV_ID, data_files=str(HOTPOTQA_SAMPLE), tool_options=options)
-    assert golden_rewards(env) == [1.0] * 5
+    assert len(replay_golden_episodes(env)) == 5
     env.close()
 
 
@@ -51,7 +41,7 @@ def test_env_with_an_http_retriever_and_with_it_down():
         env = gym.make(
             ENV_ID, data_files=str(HOTPOTQA_SAMPLE), tool_options={"search": {"backend": "http", "url": url}}
         )
-        assert golden_rewards(env) == [1.0] * 5
+        assert len(replay_golden_episodes(env)) == 5
         env.reset(options={"index": 0})
         env.unwrapped.tools["search"].retriever.url = f"{url}/broken/retrieve"
         observation, *_, info = env.step('<tool_call>{"name": "search", "arguments": {"query": "Paris"}}</tool_call>')
@@ -77,7 +67,7 @@ def test_a_retriever_object_can_be_shared():
             return None
 
     env = gym.make(ENV_ID, data_files=str(HOTPOTQA_SAMPLE), tool_options={"search": {"retriever": Shared()}})
-    assert golden_rewards(env) == [1.0] * 5
+    assert len(replay_golden_episodes(env)) == 5
     env.close()
 
 
