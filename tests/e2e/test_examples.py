@@ -1,6 +1,7 @@
 """Each example and benchmark script runs end to end with a tiny budget."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -10,8 +11,10 @@ from tests.conftest import REPO_ROOT
 
 
 def run_script(*args: str, timeout: int = 600) -> str:
+    # The scripts import this checkout's packages, whatever copy of them is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout, check=False
+        [sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout, check=False, env=env
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
