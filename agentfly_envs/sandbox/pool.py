@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +36,7 @@ import time
 import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from agentfly_envs.errors import AgentflyError
 from agentfly_envs.sandbox import protocol
@@ -196,6 +198,7 @@ class SandboxPool:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.workers)
         self._server: subprocess.Popen | None = None
+        self._server_root = ""  # the fork server's directory of work dirs, removed if it dies without cleaning up
         self._control: socket.socket | None = None
         self._isolation: Isolation | None = None
         self._pending: collections.deque[tuple[socket.socket, int]] = collections.deque()
@@ -400,6 +403,7 @@ class SandboxPool:
             self._stop_server()
             raise SandboxError(f"the sandbox's fork server did not start ({self._python}): {e}") from e
         self._isolation = Isolation(bool(hello["namespaces"]), os.geteuid() == 0, str(hello["note"]))
+        self._server_root = str(hello["root"])
         if not self._isolation.namespaces:
             if self._config["isolation"] == "namespaces":
                 self._stop_server()
@@ -427,6 +431,9 @@ class SandboxPool:
                 self._server.kill()
                 self._server.wait()
             self._server = None
+        if self._server_root and os.path.exists(self._server_root):  # the fork server died before it cleaned up
+            shutil.rmtree(self._server_root, onerror=_warn_not_removed)
+        self._server_root = ""
 
     def _forget_after_fork(self) -> None:
         """In a forked child: drop the parent's handles without touching the parent's fork server."""
@@ -498,6 +505,10 @@ class SandboxSession:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _warn_not_removed(function: Any, path: str, excinfo: Any) -> None:
+    logger.warning("sandbox: could not remove %s (%s)", path, excinfo[1])
 
 
 def read_output(fd: int, limit: int) -> tuple[str, bool, bool, int]:

@@ -326,7 +326,8 @@ def main() -> None:
     try:
         note = "turned off (isolation='none')" if config["isolation"] == "none" else _probe(server)
         server.namespaces = not note
-        protocol.send_control(control, {"hello": True, "namespaces": server.namespaces, "note": note})
+        hello = {"hello": True, "namespaces": server.namespaces, "note": note, "root": root}
+        protocol.send_control(control, hello)
         server.serve()
     finally:
         server.shut_down()

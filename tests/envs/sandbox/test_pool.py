@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -147,6 +148,7 @@ def test_at_most_workers_calls_run_at_once():
 def test_a_dead_fork_server_is_replaced(pool):
     with pool.session() as session:
         session.run("x = 1")
+        root = Path(pool._server_root)
         os.kill(pool._server.pid, signal.SIGKILL)
         pool._server.wait()
         deadline = time.monotonic() + 5
@@ -156,6 +158,7 @@ def test_a_dead_fork_server_is_replaced(pool):
         assert result.status is ExecStatus.CRASHED or "NameError" in result.output
         assert session.run("x = 2\nx").output == "2\n"
     assert pool.run("print('ok')").output == "ok\n"
+    assert not root.exists()  # the dead server's directory was removed when its successor started
 
 
 def _run_in_child(queue) -> None:
