@@ -85,6 +85,8 @@ class ToolEnv(gym.Env[str, Action]):
     Args:
         task: Registered task-source name (``"gsm8k"``, ``"arithmetic"``) or a ``TaskSource``.
         tools: Names of registered tools the agent may call.
+        tool_options: Per-tool options, ``{tool name: {option: value}}``, for tools that take them, e.g.
+            ``{"python_executor": {"notebook": False}}`` or ``{"search": {"backend": "http", "url": ...}}``.
         parser: Registered parser name: ``"hermes"``, ``"react"``, ``"code"`` or ``"tool_calls"``.
         reward: Registered reward name, e.g. ``"math_reward_string_equal"``.
         max_turns: Assistant turns per episode before truncation (turns, not tokens).
@@ -121,6 +123,7 @@ class ToolEnv(gym.Env[str, Action]):
         self,
         task: str | TaskSource = "arithmetic",
         tools: Sequence[str] = ("calculator",),
+        tool_options: Mapping[str, Mapping[str, Any]] | None = None,
         parser: str = "hermes",
         reward: str = "math_reward_string_equal",
         max_turns: int = 8,
@@ -139,8 +142,14 @@ class ToolEnv(gym.Env[str, Action]):
         if isinstance(tools, str):
             raise TypeError(f"tools must be a sequence of tool names, e.g. ({tools!r},), not a string")
         self.tasks: TaskSource = task if isinstance(task, TaskSource) else _make_task_source(task, task_kwargs)
-        self.tools: dict[str, Tool] = {tool.name: tool for tool in map(get_tool, tools)}
+        self.tools: dict[str, Tool] = _make_tools(tools, tool_options or {})
+        self._aliases = {a: t for t in self.tools.values() for a in t.aliases if a not in self.tools}
         self.parser: Parser = get_parser(parser)
+        if self.parser.calls_only is not None and self._tool(self.parser.calls_only) is None:
+            raise ValueError(
+                f"the {parser!r} format calls only the {self.parser.calls_only!r} tool, and tools={tuple(tools)} "
+                f"has no tool answering to it; add 'python' or 'python_executor' to tools, or pick another parser"
+            )
         self.reward_fn: RewardFunction = get_reward(reward)
         self.max_turns = max_turns
         self.truncation_reward = float(truncation_reward)
@@ -157,8 +166,19 @@ class ToolEnv(gym.Env[str, Action]):
         self._episode: _Episode | None = None
 
     def _build_system_prompt(self) -> str:
-        parts = [self.tasks.system_prompt(self._answer_by_tool), self.parser.instructions(self._schemas)]
+        schemas = self._schemas
+        if self.parser.calls_only is not None:  # the format shows the one tool it can call, under its own name
+            schemas = [
+                {**schema, "function": {**schema["function"], "name": self.parser.calls_only}}
+                for schema in schemas
+                if schema["function"]["name"] == self._tool(self.parser.calls_only).name
+            ]
+        parts = [self.tasks.system_prompt(self._answer_by_tool, tuple(self.tools)), self.parser.instructions(schemas)]
         return "\n\n".join(part for part in parts if part)
+
+    def _tool(self, name: str) -> Tool | None:
+        """The env's tool called ``name``, or the one answering to it as an alias."""
+        return self.tools.get(name) or self._aliases.get(name)
 
     # ---------------------------------------------------------------------------------------------
     # Gymnasium API
@@ -180,6 +200,8 @@ class ToolEnv(gym.Env[str, Action]):
         super().reset(seed=seed)
         row, index = self._select_task(dict(options or {}))
         self.tasks.validate(row)
+        for tool in self.tools.values():
+            tool.begin_episode(row)
         user_prompt = self.tasks.user_prompt(row)
         messages = [
             {"role": "system", "content": self._system_prompt},
@@ -250,6 +272,8 @@ class ToolEnv(gym.Env[str, Action]):
         elif truncated:
             reward = self.truncation_reward
         episode.done = terminated or truncated
+        if episode.done:
+            self._end_episode()
         episode.messages.extend(dict(message) for message in turn.messages)  # flat dicts of strings
 
         observation = "\n\n".join(message["content"] for message in turn.messages)
@@ -270,6 +294,15 @@ class ToolEnv(gym.Env[str, Action]):
             truncated,
             info,
         )
+
+    def close(self) -> None:
+        """Frees the tools' per-episode resources (e.g. kills a sandbox session)."""
+        self._end_episode()
+        super().close()
+
+    def _end_episode(self) -> None:
+        for tool in self.tools.values():
+            tool.end_episode()
 
     def render(self) -> str | None:
         """With ``render_mode="ansi"``, the episode's transcript as text; else ``None``."""
@@ -311,7 +344,7 @@ class ToolEnv(gym.Env[str, Action]):
 
     def _run_call(self, call: ToolCall, episode: _Episode, turn: _TurnResult) -> None:
         turn.calls.append(call)
-        tool = self.tools.get(call.name)
+        tool = self._tool(call.name)
         if tool is None:
             episode.error_counts["unknown_tool"] += 1
             close = difflib.get_close_matches(call.name, self.tools, n=1)
@@ -333,8 +366,9 @@ class ToolEnv(gym.Env[str, Action]):
     def golden_actions(self, row: Row | None = None) -> list[Action]:
         """The assistant turns that solve a task with this env's tools and parser, then answer.
 
-        Calculator expressions come from the task's golden solution; they are spread over at most
-        ``max_turns - 1`` turns (several calls per turn when needed), and the last turn answers.
+        The steps of the task's golden solution become calls (arithmetic to the calculator, or to
+        Python as ``print(expression)``; programs to Python; queries to ``search``); they are spread
+        over at most ``max_turns - 1`` turns (several calls per turn when needed), and the last turn answers.
 
         Args:
             row: The task; defaults to the current episode's row.
@@ -360,15 +394,26 @@ class ToolEnv(gym.Env[str, Action]):
             name = next(name for name, tool in self.tools.items() if tool.ends_episode)
             actions.append(self.parser.format_calls([ToolCall(name, {"answer": solution.answer})]))
         else:
-            actions.append(self.parser.format_final(f"The answer is \\boxed{{{solution.answer}}}."))
+            actions.append(self.parser.format_final(solution.final or f"The answer is \\boxed{{{solution.answer}}}."))
         return actions
 
     def _golden_calls(self, solution: GoldenSolution) -> list[ToolCall]:
         if "calculator" in self.tools:
-            return [ToolCall("calculator", {"expression": e}) for e in solution.expressions]
-        if "python" in self.tools:
-            return [ToolCall("python", {"code": f"print({e})"}) for e in solution.expressions]
-        raise AgentflyError(f"golden solutions call 'calculator' or 'python', and this env has only {list(self.tools)}")
+            calls = [ToolCall("calculator", {"expression": e}) for e in solution.expressions]
+        else:
+            calls = [self._golden_call("python", "code", f"print({e})") for e in solution.expressions]
+        calls += [self._golden_call("python", "code", program) for program in solution.programs]
+        return calls + [self._golden_call("search", "query", query) for query in solution.queries]
+
+    def _golden_call(self, tool_name: str, argument: str, value: str) -> ToolCall:
+        """A call of the env's tool answering to ``tool_name``, under the name its parser writes."""
+        tool = self._tool(tool_name)
+        if tool is None or self.parser.calls_only not in (None, tool_name):
+            raise AgentflyError(
+                f"golden solutions of {type(self.tasks).__name__} call a {tool_name!r} tool, and this env "
+                f"(tools {list(self.tools)}, format {self.parser.name!r}) cannot"
+            )
+        return ToolCall(tool_name if self.parser.calls_only else tool.name, {argument: value})
 
 
 @dataclass
@@ -399,6 +444,25 @@ def _make_task_source(name: str, task_kwargs: dict[str, Any]) -> TaskSource:
             f"unknown env kwarg(s) {unknown}.{hints} ToolEnv takes {env_params}; task {name!r} takes {task_params}."
         )
     return source(**task_kwargs)
+
+
+def _make_tools(names: Sequence[str], options: Mapping[str, Mapping[str, Any]]) -> dict[str, Tool]:
+    """The env's own tools: each registered tool's ``for_env`` copy, configured with its options."""
+    unknown = [name for name in options if name not in names]
+    if unknown:
+        raise ValueError(f"tool_options names tool(s) {unknown} that are not in tools={tuple(names)}")
+    tools = {}
+    for name in names:
+        tool = get_tool(name)
+        try:
+            tools[tool.name] = tool.for_env(**options.get(name, {}))
+        except TypeError as e:
+            parameters = inspect.signature(tool.for_env).parameters.values()
+            params = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+            guesses = [difflib.get_close_matches(key, params, n=1) for key in options.get(name, {})]
+            hints = "".join(f" Did you mean {close[0]!r}?" for close in guesses if close)
+            raise TypeError(f"tool_options[{name!r}]: {e}.{hints} Tool {name!r} takes {params}.") from e
+    return tools
 
 
 def _tool_message(call: ToolCall | None, content: str) -> dict[str, Any]:

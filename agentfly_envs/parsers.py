@@ -7,7 +7,8 @@ Every parser accepts both kinds of action. A message dict with ``tool_calls`` is
   any number per turn; the chat template renders the tool schemas, so no extra instructions.
 - ``react``: ``Thought: ... / Action: <tool> / Action Input: <json or text>``, ending with
   ``Final Answer: ...``; the system prompt carries the format and the tool list.
-- ``code``: each fenced ```` ```python ```` block is a call of the ``python`` tool.
+- ``code``: each fenced ```` ```python ```` block is a call of the ``python`` tool (or of a tool answering
+  to that name, such as ``python_executor``); a plain ```` ``` ```` fence shows code without running it.
 - ``tool_calls``: structured messages only; text never contains a call.
 
 A parser never raises on agent output: a malformed call becomes an entry of ``ParseResult.errors``.
@@ -123,6 +124,8 @@ class Parser(ABC):
     """Turns one assistant turn into tool calls, and writes calls back in the same format."""
 
     name: str = ""
+    calls_only: str | None = None
+    """The one tool this format can call (the env must have a tool answering to it), or ``None`` for any."""
 
     def parse(self, action: Action) -> ParseResult:
         """Decodes an action; never raises on agent output.
@@ -272,7 +275,9 @@ class CodeParser(Parser):
     """
 
     name = "code"
+    calls_only = "python"
     _block = re.compile(r"```(?:python|py)[ \t]*\n(.*?)(```|\Z)", re.DOTALL)
+    _fence = re.compile(r"```(?:python|py)[ \t]*\n")
 
     def parse_text(self, text: str) -> ParseResult:
         result = ParseResult(self._block.sub("", text).strip())
@@ -289,11 +294,18 @@ class CodeParser(Parser):
         blocks = [f"```python\n{call.arguments['code']}\n```" for call in calls]
         return "\n".join(([thought] if thought else []) + blocks)
 
+    def format_final(self, text: str) -> str:
+        """The final turn, with any ```` ```python ```` fence made plain so that its code is shown, not run."""
+        return self._fence.sub("```\n", text)
+
     def instructions(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        description = tools[0]["function"].get("description", "") if tools else ""
+        semantics = " ".join(description.split("\n\n", 1)[1].split()) if "\n\n" in description else ""
         return (
             "To run Python, write a fenced code block:\n```python\nprint(6 * 7)\n```\n"
-            "Its printed output comes back to you. Each block runs in a fresh interpreter. "
-            "When you know the answer, reply without a code block."
+            f"Its printed output comes back to you. {semantics or 'Each block runs in a fresh interpreter.'} "
+            "To show code without running it, use a plain ``` fence with no language. "
+            "When you know the answer, reply without a ```python block."
         )
 
 

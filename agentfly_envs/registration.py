@@ -27,6 +27,27 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
         "reward": "math_reward_string_equal",
         "max_turns": 8,
     },
+    "agentfly/Math-Python": {
+        "task": "gsm8k",
+        "tools": ("python_executor",),
+        "parser": "hermes",
+        "reward": "math_reward_string_equal",
+        "max_turns": 8,
+    },
+    "agentfly/Code-Tests": {
+        "task": "code_tests",
+        "tools": ("python_executor",),
+        "parser": "hermes",
+        "reward": "code_reward",
+        "max_turns": 8,
+    },
+    "agentfly/HotpotQA-Search": {
+        "task": "hotpotqa",
+        "tools": ("search", "answer"),
+        "parser": "hermes",
+        "reward": "qa_f1_reward",
+        "max_turns": 8,
+    },
 }
 """Environment id -> default ``ToolEnv`` kwargs.
 
@@ -34,6 +55,14 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
   numeric answer. Loads ``openai/gsm8k`` (config ``main``) from the Hub unless ``data_files=`` is given.
 - ``agentfly/Arith-Calc``: generated multi-step arithmetic word problems (``level=`` "easy",
   "medium", "hard"); needs no data, so it is the embedded default for offline runs.
+- ``agentfly/Math-Python``: math word problems (GSM8K, or any question/answer file) solved with
+  the sandboxed ``python_executor``; ``reward="math_equal"`` for symbolic answers.
+- ``agentfly/Code-Tests``: write a function that passes unit tests (MBPP from the Hub, or MBPP- or
+  HumanEval-style files); run code with ``python_executor``; answer with a code block, scored by
+  ``code_reward`` (the fraction of tests passed in the sandbox).
+- ``agentfly/HotpotQA-Search``: multi-hop questions with ``search`` (default: BM25 over the row's own
+  paragraphs; ``tool_options={"search": {...}}`` for a corpus file or an HTTP retriever) and
+  ``answer``; scored by ``qa_f1_reward`` (token F1, with exact match as a component).
 """
 
 

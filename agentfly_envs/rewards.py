@@ -1,9 +1,9 @@
 """Reward functions: the environments' scoring of a final answer, in a registry keyed by metric name.
 
 Every reward has one signature, ``fn(response, ground_truth) -> RewardResult``: ``response`` is the
-agent's final answer text, ``ground_truth`` the task's reference (a string, or a list of acceptable
-strings for QA). The score is in [0, 1]; ``components`` holds the parts it was computed from, which
-the env reports in ``info["reward_components"]``.
+agent's final answer text, ``ground_truth`` the task's reference (a string, a list of acceptable
+strings for QA, or the unit tests for code). The score is in [0, 1]; ``components`` holds the parts
+it was computed from, which the env reports in ``info["reward_components"]``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import collections
 import re
 import string
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -221,15 +222,18 @@ def _f1_parts(predicted: str, reference: str) -> tuple[float, float, float]:
 
 @REWARDS.register("qa_f1_reward")
 def qa_f1_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
-    """Token-level F1 between the answer span and the best-matching reference (SQuAD v1.1).
+    """Token-level F1 between the answer span and the best-matching reference (SQuAD v1.1); exact match
+    is reported as the ``em`` component.
 
     Example:
-        >>> qa_f1_reward("The answer is Eiffel Tower in Paris", ["the Eiffel Tower"])
-        RewardResult(score=0.6666666666666666, components={'f1': 0.6666666666666666, 'precision': 0.5, 'recall': 1.0})
+        >>> qa_f1_reward("The answer is Eiffel Tower in Paris", ["the Eiffel Tower"]).components
+        {'f1': 0.6666666666666666, 'precision': 0.5, 'recall': 1.0, 'em': 0.0}
     """
     predicted = extract_qa_answer(response)
     f1, precision, recall = max(_f1_parts(predicted, ref) for ref in _references(ground_truth))
-    return RewardResult(f1, {"f1": f1, "precision": precision, "recall": recall})
+    return RewardResult(
+        f1, {"f1": f1, "precision": precision, "recall": recall, "em": _exact_match(predicted, ground_truth)}
+    )
 
 
 @REWARDS.register("qa_em_reward")
@@ -240,6 +244,84 @@ def qa_em_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
         >>> qa_em_reward("<answer>the Eiffel Tower.</answer>", ["Eiffel Tower", "La tour Eiffel"]).score
         1.0
     """
-    predicted = normalize_qa_answer(extract_qa_answer(response))
-    em = float(any(predicted == normalize_qa_answer(ref) for ref in _references(ground_truth)))
+    em = _exact_match(extract_qa_answer(response), ground_truth)
     return RewardResult(em, {"em": em})
+
+
+def _exact_match(predicted: str, ground_truth: GroundTruth) -> float:
+    normalized = normalize_qa_answer(predicted)
+    return float(any(normalized == normalize_qa_answer(ref) for ref in _references(ground_truth)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Code (unit tests in the sandbox)
+# ----------------------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
+CODE_TEST_TIMEOUT_S = 5.0
+"""Wall-clock limit of one test of ``code_reward``, in seconds (the code itself gets the pool's limit)."""
+CODE_TESTS_BUDGET_S = 10.0
+"""Wall-clock time all tests of one ``code_reward`` call may take together, in seconds; tests left when it
+is spent fail (so code that hangs on every test costs at most this)."""
+
+
+def extract_code(response: str) -> str:
+    """The program in a response: the last fenced block (```` ```python ````, ```` ```py ```` or a plain
+    fence), else the whole response.
+
+    Example:
+        >>> extract_code("Here it is:\\n```python\\ndef f():\\n    return 1\\n```\\nDone.")
+        'def f():\\n    return 1'
+    """
+    blocks = _FENCE.findall(response)
+    return (blocks[-1] if blocks else response).strip("\n")
+
+
+@REWARDS.register("code_reward")
+def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
+    """The fraction of unit tests the response's code passes in the sandbox; ``passed`` is 1.0 when all do.
+
+    ``ground_truth`` is the list of test programs. The code runs once in a fresh sandboxed
+    interpreter, then each test in it (``CODE_TEST_TIMEOUT_S`` each, ``CODE_TESTS_BUDGET_S`` in all);
+    a test passes when it raises nothing. Code that fails to run passes no test; a test that kills
+    the interpreter fails, and the code is run again in a fresh one for the next test. Components:
+    ``pass_rate`` (the score), ``passed`` (all tests pass: the pass/fail part), ``tests_passed``,
+    ``tests`` and ``code_found``.
+
+    Example:
+        >>> tests = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add('a', 'b') == 'ab'"]
+        >>> code_reward("```python\\ndef add(a, b):\\n    return a + b\\n```", tests).score
+        1.0
+        >>> code_reward("def add(a, b):\\n    return int(a) + int(b)", tests).components["tests_passed"]
+        2.0
+    """
+    from agentfly_envs.sandbox import ExecStatus, default_pool  # lazy: rewards stay importable alone
+
+    code, tests = extract_code(response), _references(ground_truth)
+    passed = 0
+    if code.strip() and tests:
+        deadline = time.monotonic() + CODE_TESTS_BUDGET_S
+        with default_pool().session() as session:
+            defined = False
+            for test in tests:
+                if not defined:
+                    if session.run(code, echo=False).status is not ExecStatus.OK:
+                        break
+                    defined = True
+                budget = min(CODE_TEST_TIMEOUT_S, deadline - time.monotonic())
+                if budget <= 0:
+                    break
+                result = session.run(test, echo=False, timeout_s=budget)
+                passed += result.status is ExecStatus.OK
+                defined = not result.restarted
+    rate = passed / len(tests) if tests else 0.0
+    return RewardResult(
+        rate,
+        {
+            "pass_rate": rate,
+            "passed": float(bool(tests) and passed == len(tests)),
+            "tests_passed": float(passed),
+            "tests": float(len(tests)),
+            "code_found": float(bool(code.strip())),
+        },
+    )

@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 
 from agentfly_envs.errors import AgentflyError, TaskFormatError
-from agentfly_envs.tasks.gsm8k import load_rows
+from agentfly_envs.tasks.files import load_rows
 
 
 def env_task_rows(env: gym.Env, limit: int | None) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ solution. It never sees tools, parsers or rewards: the env composes those.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,17 +21,26 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class GoldenSolution:
-    """A reference solution: the arithmetic steps, in order, and the final answer.
+    """A reference solution: the steps, in order, in tool-neutral terms, and the final answer.
+
+    The env turns each kind of step into calls of the tool it has for it (see ``ToolEnv.golden_actions``).
 
     Attributes:
-        expressions: Calculator expressions that solve the task step by step (e.g. ``["16-3-4", "9*2"]``).
+        answer: The final answer text (what an ``answer`` call submits).
+        expressions: Arithmetic expressions that solve the task step by step (e.g. ``["16-3-4", "9*2"]``),
+            for a calculator, or printed by Python.
         results: The value each expression should give, as written in the data.
-        answer: The final answer text.
+        programs: Python programs to run (e.g. a solution and its example tests).
+        queries: Search queries that find the facts the answer rests on.
+        final: The final turn's text when answering without a tool (default: ``answer`` in ``\\boxed{}``).
     """
 
-    expressions: tuple[str, ...]
-    results: tuple[str, ...]
     answer: str
+    expressions: tuple[str, ...] = ()
+    results: tuple[str, ...] = ()
+    programs: tuple[str, ...] = ()
+    queries: tuple[str, ...] = ()
+    final: str | None = None
 
 
 class TaskSource(ABC):
@@ -51,8 +60,13 @@ class TaskSource(ABC):
         """Row ``index`` (0-based, in file order), as a new dict."""
 
     @abstractmethod
-    def system_prompt(self, answer_by_tool: bool) -> str:
-        """The task's instructions; ``answer_by_tool`` says whether the episode ends by an ``answer`` call."""
+    def system_prompt(self, answer_by_tool: bool, tools: Sequence[str]) -> str:
+        """The task's instructions.
+
+        Args:
+            answer_by_tool: Whether the episode ends by an ``answer`` call (else by a turn without calls).
+            tools: The names of the env's tools, for instructions that depend on them.
+        """
 
     @abstractmethod
     def user_prompt(self, row: Row) -> str:

@@ -4,13 +4,17 @@ A tool is a plain typed Python function with a Google-style docstring; the JSON 
 reads is derived from them by ``transformers.utils.get_json_schema``. A tool reports a failure the
 model should see by raising :class:`ToolError`; anything else it raises is caught too, so a tool
 bug becomes an error observation instead of a crashed rollout.
+
+A tool with state per episode (a sandbox session, a search index over the task's documents) is a
+:class:`Tool` subclass: the env takes its own copy with :meth:`Tool.for_env` and tells it when
+episodes begin and end.
 """
 
 from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -64,12 +68,40 @@ class Tool:
         function: The implementation; its signature and docstring define the schema.
         name: The name the model calls; defaults to ``function.__name__``.
         ends_episode: A successful call ends the episode; the tool's return value is the answer that is scored.
+        aliases: Other names calls may use (e.g. ``python_executor`` answers the ``code`` format's ``python``
+            calls); a tool of the env that has the name itself takes precedence.
     """
 
-    def __init__(self, function: Callable[..., str], name: str | None = None, ends_episode: bool = False):
+    def __init__(
+        self,
+        function: Callable[..., str],
+        name: str | None = None,
+        ends_episode: bool = False,
+        aliases: Sequence[str] = (),
+    ):
         self.function = function
         self.name = name or function.__name__
         self.ends_episode = ends_episode
+        self.aliases = tuple(aliases)
+
+    def for_env(self, **options: Any) -> Tool:
+        """The tool as one env uses it, configured with ``options`` (the env's ``tool_options[name]``).
+
+        A stateless tool is shared by every env and takes no options; a tool with per-episode state
+        returns a new copy.
+
+        Raises:
+            TypeError: an option this tool does not take.
+        """
+        if options:
+            raise TypeError(f"tool {self.name!r} takes no options, got {sorted(options)}")
+        return self
+
+    def begin_episode(self, row: Mapping[str, Any]) -> None:
+        """Called by the env when an episode starts on the task ``row``; stateful tools reset here."""
+
+    def end_episode(self) -> None:
+        """Called by the env when an episode ends or the env closes; stateful tools free resources here."""
 
     @cached_property
     def schema(self) -> dict[str, Any]:

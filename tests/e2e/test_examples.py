@@ -1,6 +1,7 @@
 """Each example and benchmark script runs end to end with a tiny budget."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -10,8 +11,10 @@ from tests.conftest import REPO_ROOT
 
 
 def run_script(*args: str, timeout: int = 600) -> str:
+    # The scripts import this checkout's packages, whatever copy of them is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout, check=False
+        [sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout, check=False, env=env
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
@@ -58,3 +61,17 @@ def test_env_throughput_benchmark(tmp_path, gsm8k_sample):
     assert results["GSM8K-Calc"]["calculator_matches_annotation"] == 1.0
     assert results["Arith-Calc (hard)"]["single"]["env_steps_per_s"] > 0
     assert "env steps/s" in out
+
+
+def test_sandbox_latency_benchmark(tmp_path):
+    result_file = tmp_path / "sandbox.json"
+    out = run_script(
+        "benchmarks/sandbox_latency.py", "--repeats", "20", "--seconds", "0.3", "--threads", "2",
+        "--json", str(result_file),
+    )  # fmt: skip
+    results = json.loads(result_file.read_text())
+    assert results["latency"]["trivial call (warm session)"]["p50_ms"] < 30
+    assert 45 < results["latency"]["50 ms computation (warm session)"]["p50_ms"] < 500
+    rates = results["throughput_calls_per_s"]
+    assert len(rates) == 4 and all(rate > 0 for rate in rates.values())
+    assert "p50 ms" in out and "calls/s" in out

@@ -7,14 +7,20 @@ from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 
 import agentfly_envs
 from agentfly_envs import ENVIRONMENTS
+from tests.conftest import OFFLINE_KWARGS
+from tests.envs.hostile import HOSTILE_ACTIONS
 
 ENV_IDS = sorted(ENVIRONMENTS)
 
 
 @pytest.fixture
-def make_kwargs(gsm8k_sample):
+def make_kwargs():
     """Kwargs that let each id run offline."""
-    return {"agentfly/GSM8K-Calc": {"data_files": str(gsm8k_sample)}}
+    return OFFLINE_KWARGS
+
+
+def test_every_id_runs_offline_on_sample_data():
+    assert set(OFFLINE_KWARGS) | {"agentfly/Arith-Calc"} == set(ENV_IDS)
 
 
 def test_every_id_is_registered_with_gymnasium():
@@ -44,35 +50,59 @@ def test_same_seed_same_episode(env_id, make_kwargs):
     assert play(11) == play(11)
 
 
+def golden_replay(env: gym.Env, index: int) -> tuple[list, list[tuple[str, float, bool]]]:
+    """Task ``index``'s golden actions and what one env returns for each: (observation, reward, terminated)."""
+    env.reset(options={"index": index})
+    actions = env.unwrapped.golden_actions()
+    return actions, [tuple(env.step(action)[:3]) for action in actions]
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_vector_envs_step_text_and_autoreset(env_id, mode, make_kwargs):
     kwargs = make_kwargs.get(env_id, {})
-    planner = gym.make(env_id, **kwargs).unwrapped
+    planner = gym.make(env_id, **kwargs)
     envs = gym.make_vec(env_id, num_envs=2, vectorization_mode=mode, **kwargs)
     observations, infos = envs.reset(seed=5)
     assert len(observations) == 2 and all(isinstance(o, str) and o for o in observations)
-    rows = [planner.tasks.row(int(infos["task_index"][i])) for i in range(2)]
-    plans = [planner.golden_actions(row) for row in rows]
-    results = [planner.tasks.golden(row).results for row in rows]
-    assert observations[0] == planner.tasks.user_prompt(planner.tasks.row(int(infos["task_index"][0])))
+    tasks = planner.unwrapped.tasks
+    assert observations[0] == tasks.user_prompt(tasks.row(int(infos["task_index"][0])))
+    replays = [golden_replay(planner, int(infos["task_index"][i])) for i in range(2)]
     finished, reset_again = [False, False], [False, False]
-    for step in range(max(len(p) for p in plans) + 1):
-        actions = [plan[step] if step < len(plan) else "" for plan in plans]
+    for step in range(max(len(plan) for plan, _ in replays) + 1):
+        actions = [plan[step] if step < len(plan) else "" for plan, _ in replays]
         observations, rewards, terminated, _, infos = envs.step(actions)
-        for i in range(2):
-            if step < len(plans[i]) - 1:
-                assert not terminated[i]
-                assert float(observations[i]) == float(results[i][step].replace(",", ""))
-            elif step == len(plans[i]) - 1:
-                assert terminated[i] and rewards[i] == 1.0
-                finished[i] = True
-            elif step == len(plans[i]):  # next-step autoreset: the action is ignored, a new task starts
+        for i, (plan, expected) in enumerate(replays):
+            if step < len(plan):  # the same text, reward and ending as in a single env
+                assert (observations[i], rewards[i], terminated[i]) == expected[step]
+                assert terminated[i] == (step == len(plan) - 1)
+                finished[i] = finished[i] or (terminated[i] and rewards[i] == 1.0)
+            elif step == len(plan):  # next-step autoreset: the action is ignored, a new task starts
                 assert infos["_task_index"][i] and not terminated[i] and rewards[i] == 0.0
-                assert observations[i] == planner.tasks.user_prompt(planner.tasks.row(int(infos["task_index"][i])))
+                assert observations[i] == tasks.user_prompt(tasks.row(int(infos["task_index"][i])))
                 reset_again[i] = True
     assert all(finished) and all(reset_again)
     envs.close()
+    planner.close()
+
+
+@pytest.fixture(scope="module")
+def env_for_each_id():
+    envs = {env_id: gym.make(env_id, max_turns=2, **OFFLINE_KWARGS.get(env_id, {})) for env_id in ENV_IDS}
+    yield envs
+    for env in envs.values():
+        env.close()
+
+
+@pytest.mark.parametrize("action", HOSTILE_ACTIONS, ids=range(len(HOSTILE_ACTIONS)))
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_hostile_actions_never_crash_any_env(env_for_each_id, env_id, action):
+    env = env_for_each_id[env_id]
+    env.reset(options={"index": 0})
+    observation, reward, terminated, truncated, info = env.step(action)
+    assert env.observation_space.contains(observation) and 0.0 <= reward <= 1.0 and not truncated
+    assert terminated or (observation and info["messages"])  # a turn that goes on always gets an answer
+    assert set(info["error_counts"]) == set(agentfly_envs.ERROR_KINDS)
 
 
 def test_async_vector_env_carries_arbitrary_unicode():

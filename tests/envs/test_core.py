@@ -169,7 +169,8 @@ def test_huge_tool_output_is_cut_in_the_middle():
 @pytest.mark.parametrize("action", HOSTILE_ACTIONS, ids=range(len(HOSTILE_ACTIONS)))
 @pytest.mark.parametrize("parser", sorted(PARSERS))
 def test_hostile_actions_never_crash_step(parser, action):
-    env = gym.make("agentfly/Arith-Calc", parser=parser, tools=("calculator", "answer"), max_turns=3)
+    tools = ("python_executor", "answer") if parser == "code" else ("calculator", "answer")  # code runs python
+    env = gym.make("agentfly/Arith-Calc", parser=parser, tools=tools, max_turns=3)
     observation, _ = env.reset(options={"task": ROW})
     observation, reward, terminated, _, info = env.step(action)
     assert env.observation_space.contains(observation)

@@ -16,7 +16,8 @@ def run_python(code: str) -> str:
 def test_import_pulls_no_heavy_libraries():
     out = run_python(
         "import sys, agentfly_envs\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'math_verify', 'trl') if m in sys.modules))"
+        "heavy = ('torch', 'transformers', 'datasets', 'math_verify', 'trl', 'bm25s')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
     )
     assert out == "[]"
 

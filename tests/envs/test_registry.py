@@ -3,6 +3,7 @@ import pytest
 from agentfly_envs import PARSERS, REWARDS, TASKS, TOOLS
 from agentfly_envs.errors import DuplicateRegistrationError, UnknownNameError
 from agentfly_envs.registry import Registry
+from agentfly_envs.retrieval import RETRIEVERS
 
 
 def test_get_returns_registered_entry_and_iterates_sorted():
@@ -32,7 +33,8 @@ def test_unknown_name_suggests_close_match_and_lists_known():
 
 
 def test_builtin_registries_hold_what_the_readme_lists():
-    assert set(TOOLS) == {"answer", "calculator", "python"}
+    assert set(TOOLS) == {"answer", "calculator", "python", "python_executor", "search"}
     assert set(PARSERS) == {"code", "hermes", "react", "tool_calls"}
-    assert set(REWARDS) == {"math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward"}
-    assert set(TASKS) == {"arithmetic", "gsm8k"}
+    assert set(REWARDS) == {"code_reward", "math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward"}
+    assert set(TASKS) == {"arithmetic", "code_tests", "gsm8k", "hotpotqa"}
+    assert set(RETRIEVERS) == {"bm25", "context", "http"}

@@ -1,3 +1,5 @@
+import time
+
 import pytest
 
 from agentfly_envs.rewards import (
@@ -107,3 +109,50 @@ def test_qa_em():
 
 def test_rewards_are_registered_by_metric_name():
     assert get_reward("qa_em_reward") is qa_em_reward
+
+
+def test_qa_f1_reports_exact_match():
+    assert qa_f1_reward("<answer>the Seine</answer>", ["Seine"]).components["em"] == 1.0
+    partial = qa_f1_reward("<answer>river Seine</answer>", ["Seine"])
+    assert partial.components["em"] == 0.0 and 0 < partial.score < 1
+
+
+ADD_TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(0, 0) == 0"]
+
+
+@pytest.mark.parametrize(
+    ("response", "passed"),
+    [
+        ("```python\ndef add(a, b):\n    return a + b\n```", 3),
+        (
+            "First try:\n```python\ndef add(a, b):\n    return 0\n```\n"
+            "Fixed:\n```\ndef add(a, b):\n    return a + b\n```",
+            3,
+        ),
+        ("def add(a, b):\n    return a * b if a else 0", 1),  # bare code; add(0, 0) only
+        ("```python\ndef add(a, b) return a + b\n```", 0),  # syntax error: no test passes
+        ("```python\nimport sys\nsys.exit(0)\n```", 0),  # exits before the tests can pass
+        ("```python\ndef add(a, b):\n    while True: pass\n```", 0),  # hangs: every test times out
+        ("I do not know.", 0),
+        ("", 0),
+    ],
+)
+def test_code_reward_runs_the_tests_in_the_sandbox(monkeypatch, response, passed):
+    from agentfly_envs import rewards
+
+    monkeypatch.setattr(rewards, "CODE_TEST_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(rewards, "CODE_TESTS_BUDGET_S", 0.5)  # the hanging answer uses up the budget in 2 tests
+    start = time.monotonic()
+    result = rewards.code_reward(response, ADD_TESTS)
+    assert time.monotonic() - start < 3
+    assert result.components["tests_passed"] == passed and result.score == pytest.approx(passed / 3)
+    assert result.components["passed"] == float(passed == 3) and result.components["tests"] == 3
+    assert result.components["code_found"] == float(bool(response))
+
+
+def test_code_reward_survives_a_test_that_crashes_the_interpreter():
+    from agentfly_envs.rewards import code_reward
+
+    code = "def add(a, b):\n    if a == -1:\n        import os; os._exit(1)\n    return a + b"
+    result = code_reward(code, ADD_TESTS)  # the second test kills the interpreter; the third runs in a new one
+    assert result.components["tests_passed"] == 2

@@ -106,3 +106,70 @@ def test_arithmetic_arguments_are_checked():
     with pytest.raises(TaskFormatError, match="num_tasks"):
         ArithmeticTasks(num_tasks=0)
     assert len(ArithmeticTasks(num_tasks=3)) == 3
+
+
+def test_reference_answer_takes_gsm8k_boxed_or_plain_answers():
+    from agentfly_envs.tasks import reference_answer
+
+    assert reference_answer("2+1=<<2+1=3>>3\n#### 3") == "3"
+    assert reference_answer("so it is \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+    assert reference_answer(" Paris ") == "Paris"
+    with pytest.raises(TaskFormatError, match="####"):
+        reference_answer("solution\n####  ")
+
+
+def test_code_problem_reads_mbpp_sanitized_and_humaneval_rows():
+    from agentfly_envs.tasks import code_problem
+
+    full = {"text": "Square it.", "code": "def sq(x):\n    return x * x", "test_list": ["assert sq(2) == 4"] * 2,
+            "test_setup_code": "import math"}  # fmt: skip
+    problem = code_problem(full)
+    assert problem.entry_point == "sq" and problem.reference == full["code"]
+    assert problem.tests == ("import math\nassert sq(2) == 4",) * 2 and "`sq`" in problem.prompt
+    sanitized = {"prompt": "Add.", "test_imports": ["import math"], "test_list": ["assert math.isclose(add(1, 1), 2)"]}
+    assert code_problem(sanitized).entry_point == "add"  # not isclose: a method call is not the entry point
+    humaneval = {"prompt": "def f(x):\n    '''Double.'''\n", "test": "def check(c):\n    assert c(1) == 2\n",
+                 "entry_point": "f", "canonical_solution": "    return 2 * x\n"}  # fmt: skip
+    problem = code_problem(humaneval)
+    assert problem.tests == ("def check(c):\n    assert c(1) == 2\n\ncheck(f)",)
+    assert problem.reference == "def f(x):\n    '''Double.'''\n    return 2 * x\n"
+    with pytest.raises(TaskFormatError, match="MBPP fields"):
+        code_problem({"question": "q", "answer": "a"})
+
+
+def test_code_tasks_from_files_and_golden_solutions(tmp_path):
+    from agentfly_envs.rewards import code_reward
+    from agentfly_envs.tasks import CodeTestTasks
+    from tests.conftest import MBPP_SAMPLE
+
+    tasks = CodeTestTasks(data_files=str(MBPP_SAMPLE), shown_tests=2)
+    row = tasks.row(0)
+    assert tasks.user_prompt(row).count("assert digit_square_sum") == 2 and len(tasks.ground_truth(row)) == 3
+    golden = tasks.golden(row)
+    assert golden.answer == row["code"] and golden.final.endswith(f"```python\n{row['code']}\n```")
+    assert code_reward(golden.final, tasks.ground_truth(row)).score == 1.0
+    assert tasks.golden({**row, "code": ""}) is None  # no reference solution, no golden episode
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "a"}\n')
+    with pytest.raises(TaskFormatError, match="MBPP fields"):
+        CodeTestTasks(data_files=str(bad))
+
+
+def test_code_tasks_offline_hub_error_says_how_to_provide_data(monkeypatch):
+    from agentfly_envs.tasks import CodeTestTasks
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DataUnavailableError, match=r"data/mbpp_sample\.jsonl"):
+        CodeTestTasks(path="agentfly-test/definitely-not-cached-mbpp")
+
+
+def test_hotpotqa_rows_and_supporting_titles():
+    from agentfly_envs.tasks import HotpotQATasks, supporting_titles
+    from tests.conftest import HOTPOTQA_SAMPLE
+
+    tasks = HotpotQATasks(data_files=str(HOTPOTQA_SAMPLE))
+    row = tasks.row(0)
+    assert tasks.ground_truth(row) == ["Seine"] and tasks.user_prompt(row).startswith("Which river")
+    assert tasks.golden(row).queries == ("Eiffel Tower", "Paris")
+    assert supporting_titles({"supporting_facts": [["A", 0], ["A", 1], ["B", 0]]}) == ["A", "B"]
+    assert "search tool" in tasks.system_prompt(True, ("search", "answer"))

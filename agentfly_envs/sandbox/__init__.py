@@ -1,0 +1,30 @@
+"""A sandbox for model-written Python: warm worker processes, per-session namespaces and resource limits.
+
+See :class:`SandboxPool` (the pool and its isolation), :class:`SandboxSession` (one interpreter with
+notebook semantics) and :class:`SandboxLimits`. The README's sandbox section says what is and is not
+guaranteed.
+"""
+
+from agentfly_envs.sandbox.limits import SandboxLimits
+from agentfly_envs.sandbox.pool import (
+    ExecStatus,
+    Execution,
+    Isolation,
+    SandboxError,
+    SandboxPool,
+    SandboxSession,
+    SandboxUnavailableError,
+    default_pool,
+)
+
+__all__ = [
+    "ExecStatus",
+    "Execution",
+    "Isolation",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxPool",
+    "SandboxSession",
+    "SandboxUnavailableError",
+    "default_pool",
+]

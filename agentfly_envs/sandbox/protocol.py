@@ -1,0 +1,107 @@
+"""Messages between the pool and its worker processes (standard library only; both sides import it).
+
+Session sockets are byte streams: each message is a 4-byte big-endian length and that many bytes
+of JSON. The control socket of the fork server is a ``SOCK_SEQPACKET`` socket: one datagram per
+message, with file descriptors attached. A message that breaks the framing raises
+:class:`ProtocolError`; code in the sandbox can write to its socket, so the pool treats that as a
+crashed session, never as data to trust.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from typing import Any
+
+_HEADER = struct.Struct(">I")
+MAX_MESSAGE_BYTES = 256 << 20
+"""Largest message accepted, in bytes (a request carries the code to run)."""
+MAX_CONTROL_BYTES = 65_536
+"""Largest control datagram, in bytes."""
+
+
+class ProtocolError(RuntimeError):
+    """The peer closed the connection or sent something that is not a message."""
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """The JSON bytes of a message; lone surrogates in strings survive as JSON escapes."""
+    return json.dumps(message, ensure_ascii=True).encode("ascii")
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    """The message in ``data``; raises :class:`ProtocolError` unless it is a JSON object."""
+    try:
+        message = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ProtocolError(f"not a JSON message: {e}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError(f"a message must be a JSON object, got {type(message).__name__}")
+    return message
+
+
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
+    """Writes one length-prefixed message to a stream socket."""
+    data = encode(message)
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def receive(sock: socket.socket, deadline: float | None = None) -> dict[str, Any]:
+    """Reads one length-prefixed message from a stream socket.
+
+    Args:
+        sock: A blocking stream socket.
+        deadline: ``time.monotonic()`` value after which to give up, or ``None`` to wait forever.
+
+    Raises:
+        TimeoutError: the deadline passed first.
+        ProtocolError: the peer closed the socket or broke the framing.
+    """
+    (size,) = _HEADER.unpack(_read_exactly(sock, _HEADER.size, deadline))
+    if size > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {size} bytes is over the {MAX_MESSAGE_BYTES}-byte limit")
+    return decode(_read_exactly(sock, size, deadline))
+
+
+def _read_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+    buffer = bytearray()
+    while len(buffer) < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no message before the deadline")
+            sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(min(size - len(buffer), 1 << 20))
+        except TimeoutError:
+            raise
+        except OSError as e:
+            raise ProtocolError(f"connection failed: {e}") from None
+        finally:
+            sock.settimeout(None)
+        if not chunk:
+            raise ProtocolError("the peer closed the connection")
+        buffer += chunk
+    return bytes(buffer)
+
+
+def send_control(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
+    """Sends one control datagram with file descriptors attached."""
+    socket.send_fds(sock, [encode(message)], list(fds))
+
+
+def receive_control(sock: socket.socket, max_fds: int = 4) -> tuple[dict[str, Any], list[int]]:
+    """Receives one control datagram and its file descriptors; raises :class:`ProtocolError` at end of stream."""
+    try:
+        data, fds, _, _ = socket.recv_fds(sock, MAX_CONTROL_BYTES, max_fds)
+    except TimeoutError:
+        raise
+    except OSError as e:
+        raise ProtocolError(f"control connection failed: {e}") from None
+    if not data:
+        for fd in fds:
+            socket.close(fd)
+        raise ProtocolError("the peer closed the control socket")
+    return decode(data), fds

@@ -1,0 +1,333 @@
+"""The sandbox's processes: a fork server, and for each session a guard and the interpreter it watches.
+
+:class:`~agentfly_envs.sandbox.pool.SandboxPool` starts :func:`main` in a fresh ``python -I``
+process with a minimal environment (none of the host's variables) and talks to it over a control
+socket. Standard library only.
+
+    fork server (one per pool; runs as the pool's user; has preloaded common modules)
+      └─ guard (one per session; never runs agent code; cleans up after the session)
+           └─ session: pid 1 of its own namespaces; runs the agent's code, call after call
+
+For each ``spawn`` request (carrying the session's socket and output file) the fork server forks a
+guard and answers with a pidfd of it, which the pool uses to kill the session. The guard enters new
+namespaces and forks the session, which isolates itself (see :mod:`.isolation`), says ``ready`` and
+serves run requests (see :mod:`.interpreter`). A session dies with its guard (``PR_SET_PDEATHSIG``),
+the guard with the fork server, and the fork server when the pool's socket closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly_envs.sandbox import isolation, linux, protocol
+from agentfly_envs.sandbox.interpreter import Interpreter
+from agentfly_envs.sandbox.limits import SandboxLimits
+
+PRELOAD = (
+    "ast", "bisect", "collections", "datetime", "decimal", "fractions", "functools", "heapq", "itertools",
+    "json", "math", "random", "re", "statistics", "string", "textwrap", "typing",
+)  # fmt: skip
+"""Modules the fork server imports once, so sessions start with them loaded."""
+
+
+def session_environment(workdir: str) -> dict[str, str]:
+    """The environment variables the code sees: nothing of the host's."""
+    return {
+        "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """How to start one session.
+
+    Attributes:
+        workdir: Its working directory (created by the fork server).
+        limits: Its resource limits.
+        namespaces: Whether to isolate it with namespaces.
+        sandbox_uid: Its own uid when the pool runs as root, else ``None``.
+    """
+
+    workdir: str
+    limits: SandboxLimits
+    namespaces: bool
+    sandbox_uid: int | None
+
+
+# ------------------------------------------------------------------------------------------------
+# Session (grandchild of the fork server)
+# ------------------------------------------------------------------------------------------------
+
+
+def _session(sock_fd: int, output_fd: int, lifeline: int, spec: SessionSpec) -> None:
+    """Isolates this process, says ``ready`` (or why not) and serves calls; never returns.
+
+    ``lifeline`` is the read end of a pipe whose write end only the guard holds: it reads as end of
+    file once the guard is gone.
+    """
+    sock = socket.socket(fileno=sock_fd)
+    try:
+        if spec.namespaces:
+            isolation.isolate_filesystem(spec.workdir, spec.limits.disk_bytes, spec.sandbox_uid)
+        os.chdir(spec.workdir)
+        null = os.open(os.devnull, os.O_RDONLY)
+        for target, source in ((0, null), (1, output_fd), (2, output_fd)):
+            os.dup2(source, target)
+        os.close(null)
+        os.close(output_fd)
+        isolation.apply_limits(spec.limits)
+        isolation.drop_privileges(spec.sandbox_uid, in_user_namespace=spec.namespaces and spec.sandbox_uid is None)
+        _die_with_guard(lifeline)
+        os.environ.clear()
+        os.environ.update(session_environment(spec.workdir))
+        tempfile.tempdir = None
+        sys.argv = [""]
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past RLIMIT_FSIZE fail instead of killing
+        interpreter = Interpreter(sweep=spec.namespaces)
+        faulthandler.enable(sys.stderr)  # a crash leaves its trace in the output
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            protocol.send(sock, {"error": f"session setup failed: {type(e).__name__}: {e}"})
+        os._exit(1)
+    try:
+        protocol.send(sock, {"ready": True})
+        interpreter.serve(sock)
+    finally:
+        os._exit(0)
+
+
+def _die_with_guard(lifeline: int) -> None:
+    """Asks for SIGKILL when the guard dies (set after the last change of uid, which would clear it), and
+    exits at once if the guard is already gone."""
+    linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+    guard_gone, _, _ = select.select([lifeline], [], [], 0)
+    if guard_gone:
+        os._exit(1)
+    os.close(lifeline)
+
+
+# ------------------------------------------------------------------------------------------------
+# Guard (child of the fork server)
+# ------------------------------------------------------------------------------------------------
+
+
+def _guard(sock_fd: int, output_fd: int, spec: SessionSpec, server_pid: int) -> None:
+    """Enters the session's namespaces, forks the session and waits for it; never returns."""
+    try:
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != server_pid:
+            os._exit(1)
+        os.setsid()
+        _close_fds_except(sock_fd, output_fd)
+        try:
+            if spec.namespaces:
+                isolation.enter_namespaces()
+            lifeline, alive = os.pipe()
+            pid = os.fork()
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                protocol.send(socket.socket(fileno=sock_fd), {"error": f"cannot isolate the session: {e}"})
+            os._exit(1)
+        if pid == 0:
+            os.close(alive)
+            _session(sock_fd, output_fd, lifeline, spec)
+        for fd in (sock_fd, output_fd, lifeline):
+            os.close(fd)
+        os.waitpid(pid, 0)
+    finally:
+        os._exit(0)
+
+
+def _close_fds_except(*keep: int) -> None:
+    """Closes every file descriptor above 2 but ``keep`` (the fork server's control socket above all), and
+    makes ``keep`` close-on-exec, so no program the code starts inherits them."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):  # the directory listing's own descriptor, already gone
+                os.close(fd)
+    for fd in keep:
+        os.set_inheritable(fd, False)
+
+
+# ------------------------------------------------------------------------------------------------
+# Fork server
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ForkServer:
+    """Forks sessions on request and cleans up after them.
+
+    Attributes:
+        control: The socket to the pool.
+        root: The directory holding the sessions' working directories.
+        namespaces: Whether sessions are isolated with namespaces.
+    """
+
+    control: socket.socket
+    root: str
+    namespaces: bool
+    _guards: dict[int, tuple[int, str]] = field(default_factory=dict)  # guard pid -> (slot, workdir)
+    _count: int = 0
+
+    def serve(self) -> None:
+        """Answers spawn requests until the pool closes the socket or says ``shutdown``."""
+        while True:
+            readable, _, _ = select.select([self.control], [], [], 0.2)
+            self._reap(block=False)
+            if not readable:
+                continue
+            try:
+                message, fds = protocol.receive_control(self.control)
+            except protocol.ProtocolError:
+                return
+            if message.get("op") != "spawn":
+                return
+            try:
+                self._spawn(message, fds)
+            except OSError:  # the pool closed its end while we forked: nobody is left to answer
+                return
+
+    def start_session(self, sock_fd: int, output_fd: int, limits: SandboxLimits, namespaces: bool) -> int:
+        """Forks the guard of a new session and returns its pid; the two descriptors pass to the session."""
+        try:
+            slot = min(set(range(len(self._guards) + 1)) - {slot for slot, _ in self._guards.values()})
+            self._count += 1
+            workdir = os.path.join(self.root, f"session-{self._count}")
+            os.mkdir(workdir, 0o700)
+            sandbox_uid = isolation.SANDBOX_UID_BASE + slot if os.geteuid() == 0 else None
+            if sandbox_uid is not None:
+                os.chown(workdir, sandbox_uid, sandbox_uid)
+            spec = SessionSpec(workdir, limits, namespaces, sandbox_uid)
+            server_pid = os.getpid()
+            pid = os.fork()
+            if pid == 0:
+                _guard(sock_fd, output_fd, spec, server_pid)
+        finally:
+            os.close(sock_fd)
+            os.close(output_fd)
+        self._guards[pid] = (slot, workdir)
+        return pid
+
+    def _spawn(self, message: dict[str, Any], fds: list[int]) -> None:
+        try:
+            if len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
+                raise ValueError(f"a spawn request carries 2 file descriptors, got {len(fds)}")
+            pid = self.start_session(fds[0], fds[1], SandboxLimits(**message["limits"]), self.namespaces)
+            pidfd = os.pidfd_open(pid)
+        except Exception as e:  # answer the pool instead of dying; it raises the error where it can be seen
+            protocol.send_control(self.control, {"ok": False, "error": f"{type(e).__name__}: {e}"})
+        else:
+            protocol.send_control(self.control, {"ok": True, "pid": pid}, [pidfd])
+            os.close(pidfd)
+
+    def _reap(self, block: bool) -> None:
+        """Reaps finished children (guards, and orphans of sessions, as the server is their subreaper);
+        with ``block``, waits until every guard has finished."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, 0 if block and self._guards else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self._guards:
+                self._clean_up(pid, *self._guards.pop(pid))
+
+    def _clean_up(self, guard_pid: int, slot: int, workdir: str) -> None:
+        """Kills what is left of a finished session (its process group, which the guard led, and as root without
+        namespaces every process of its uid) and removes its directory; a failure is reported on stderr."""
+        try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(guard_pid, signal.SIGKILL)
+            if os.geteuid() == 0 and not self.namespaces:
+                _kill_all_of_user(isolation.SANDBOX_UID_BASE + slot)
+            shutil.rmtree(workdir, onerror=_make_writable_and_retry)
+        except Exception as e:
+            print(f"agentfly sandbox: cleaning up {workdir} failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+    def shut_down(self) -> None:
+        """Kills every session, waits for them and removes the working directories."""
+        for pid in list(self._guards):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._reap(block=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _make_writable_and_retry(function: Any, path: str, _: Any) -> None:
+    """``shutil.rmtree`` error handler: code may leave directories without write permission."""
+    os.chmod(os.path.dirname(path), 0o700)
+    function(path)
+
+
+def _kill_all_of_user(uid: int) -> None:
+    """Kills every process of ``uid`` (a session's own uid), from a child that takes that uid."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setresuid(uid, uid, uid)
+            for _ in range(1000):  # processes forked meanwhile are caught by the next round; once none is
+                os.kill(-1, signal.SIGKILL)  # left, kill raises ProcessLookupError and the helper exits
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _probe(server: ForkServer) -> str:
+    """Starts one session with namespace isolation; returns ``""`` if it came up, else why it did not."""
+    ours, theirs = socket.socketpair()
+    output_fd = os.memfd_create("agentfly-probe")
+    pid = server.start_session(theirs.detach(), output_fd, SandboxLimits(), namespaces=True)
+    try:
+        reply = protocol.receive(ours, deadline=time.monotonic() + 30)
+    except (protocol.ProtocolError, TimeoutError) as e:
+        reply = {"error": f"the probe session did not start: {e}"}
+    finally:
+        ours.close()
+        os.kill(pid, signal.SIGKILL)
+    return "" if reply.get("ready") else str(reply.get("error"))
+
+
+def main() -> None:
+    """Entry point of the fork server: ``argv[1]`` is the control socket's fd, ``argv[2]`` a JSON config
+    ``{"isolation": "auto" | "namespaces" | "none", "preload": [module, ...]}``."""
+    control = socket.socket(fileno=int(sys.argv[1]))
+    config = json.loads(sys.argv[2])
+    linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)  # orphans of sessions come back here to be reaped
+    for module in (*PRELOAD, *config.get("preload", ())):
+        __import__(module)
+    root = tempfile.mkdtemp(prefix="agentfly-sandbox-")
+    os.chmod(root, 0o711)  # sessions with their own uid must reach their directories
+    server = ForkServer(control, root, namespaces=False)
+    try:
+        note = "turned off (isolation='none')" if config["isolation"] == "none" else _probe(server)
+        server.namespaces = not note
+        hello = {"hello": True, "namespaces": server.namespaces, "note": note, "root": root}
+        protocol.send_control(control, hello)
+        server.serve()
+    finally:
+        server.shut_down()

@@ -1,0 +1,91 @@
+"""Loading a task's rows with ``datasets``: from local files (``data_files=``) or from the Hub."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentfly_envs.errors import DataUnavailableError, TaskFormatError
+from agentfly_envs.tasks.base import Row, TaskSource
+
+DataFiles = str | os.PathLike | Sequence[str | os.PathLike] | Mapping[str, str | os.PathLike | Sequence[str]]
+"""A JSON (list of rows), JSONL or parquet file, a list of them, or ``{split: files}``."""
+
+_FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def _file_format(data_files: DataFiles) -> str:
+    first = next(iter(data_files.values())) if isinstance(data_files, Mapping) else data_files
+    if not isinstance(first, str | os.PathLike):
+        first = next(iter(first))
+    suffix = os.path.splitext(os.fspath(first))[1].lower()
+    if suffix not in _FILE_FORMATS:
+        raise DataUnavailableError(
+            f"cannot tell the format of {os.fspath(first)!r}: use a .json (a list of rows), .jsonl or .parquet file"
+        )
+    return _FILE_FORMATS[suffix]
+
+
+def load_rows(
+    path: str,
+    name: str | None,
+    split: str,
+    data_files: DataFiles | None,
+    required_fields: Sequence[str],
+    offline_hint: str,
+) -> Any:
+    """Loads a split with ``datasets``: from local files when ``data_files`` is given, else from the Hub.
+
+    Args:
+        path: Hub dataset id (used only without ``data_files``).
+        name: Hub dataset config name.
+        split: Split to load; with a single file or list of files the split is ``"train"``.
+        data_files: JSON (list of rows), JSONL or parquet file(s), or a ``{split: files}`` mapping.
+        required_fields: Columns the rows must have.
+        offline_hint: How to provide the data without the Hub, appended to the error when loading fails.
+
+    Returns:
+        A ``datasets.Dataset`` (indexable, ``len``-able, rows as dicts).
+
+    Raises:
+        DataUnavailableError: the data cannot be loaded, or has no rows; the message says how to provide it.
+        TaskFormatError: the data lacks a required column.
+    """
+    import datasets  # lazy: datasets takes ~1 s to import
+
+    try:
+        if data_files is None:
+            dataset = datasets.load_dataset(path, name, split=split)
+        else:
+            if not isinstance(data_files, Mapping):
+                split = "train"
+            dataset = datasets.load_dataset(_file_format(data_files), data_files=data_files, split=split)
+    except DataUnavailableError:
+        raise
+    except Exception as e:
+        source = f"files {data_files!r}" if data_files is not None else f"{path!r} (config {name!r}) from the Hub"
+        raise DataUnavailableError(
+            f"could not load split {split!r} of {source}: {type(e).__name__}: {e}\n{offline_hint}"
+        ) from e
+    missing = [f for f in required_fields if f not in dataset.column_names]
+    if missing:
+        raise TaskFormatError(
+            f"the data lacks column(s) {missing} (it has {dataset.column_names}); "
+            f"the task needs {list(required_fields)}"
+        )
+    if len(dataset) == 0:
+        raise DataUnavailableError(f"the data ({data_files or path}) has no rows in split {split!r}")
+    return dataset
+
+
+class LoadedTasks(TaskSource):
+    """A task source whose rows were loaded once (by :func:`load_rows`) into ``self._rows``."""
+
+    _rows: Any
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def row(self, index: int) -> Row:
+        return dict(self._rows[index])
