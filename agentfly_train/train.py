@@ -233,8 +233,11 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     )
     _replace_console_callbacks(trainer, callback)
     try:
-        if checkpoint is not None and _checkpoint_step(checkpoint) >= args.max_steps:
-            _load_finished_run(trainer, checkpoint)  # killed after its last step: finish, train no more
+        saved = _trainer_state(checkpoint) if checkpoint is not None else None
+        if saved is not None and saved.global_step >= args.max_steps:
+            # Killed after its last step: finish, train no more (Trainer.train() would take one more step).
+            trainer._load_from_checkpoint(checkpoint)
+            trainer.state = saved
             callback.metrics.keep(lambda record: not record.get("final"))
         else:
             trainer.train(resume_from_checkpoint=checkpoint)
@@ -254,20 +257,11 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     return result
 
 
-def _checkpoint_step(checkpoint: str) -> int:
+def _trainer_state(checkpoint: str) -> Any:
     from transformers.trainer import TRAINER_STATE_NAME
     from transformers.trainer_callback import TrainerState
 
-    return TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME)).global_step
-
-
-def _load_finished_run(trainer: Any, checkpoint: str) -> None:
-    # Trainer.train() would take one more step from a checkpoint at max_steps (transformers 5.23).
-    from transformers.trainer import TRAINER_STATE_NAME
-    from transformers.trainer_callback import TrainerState
-
-    trainer._load_from_checkpoint(checkpoint)
-    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME))
+    return TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME))
 
 
 def _opening(pool: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
