@@ -22,6 +22,12 @@ def loss_mask(batch: Mapping[str, Any]) -> Tensor:
     return mask if batch.get("tool_mask") is None else mask * batch["tool_mask"]
 
 
+def sequences(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+    """(B, P + T) ids and attention mask of each prompt (left-padded) followed by its completion (right-padded)."""
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    return input_ids, torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+
+
 def outcome_rewards(scores: Tensor, mask: Tensor) -> Tensor:
     """Token-level rewards of episodes scored once: each score on its episode's last sampled token.
 

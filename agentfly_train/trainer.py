@@ -53,6 +53,7 @@ from agentfly_train.batch import (
     loss_mask,
     masked_stats,
     outcome_rewards,
+    sequences,
     step_denominator,
 )
 from agentfly_train.critic import Critic, CriticSettings
@@ -343,9 +344,9 @@ class AgentGRPOTrainer(GRPOTrainer):
         mask = loss_mask(output)  # (B, T)
         batch, length = mask.shape
         rows = slice(self.accelerator.process_index * batch, (self.accelerator.process_index + 1) * batch)
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        input_ids, attention_mask = sequences(output)
         values = None if self.critic is None else self.critic.values(input_ids, attention_mask, length)
+        all_values = None if values is None else gather_rows(self.accelerator, values)
         all_mask = gather_rows(self.accelerator, mask)  # (B * processes, T_max)
         rewards, metrics = self._token_rewards(output, all_mask, mode)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
@@ -354,7 +355,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             rewards,
             all_mask,
             index=torch.arange(all_mask.shape[0], device=all_mask.device) // group_size,
-            values=None if values is None else gather_rows(self.accelerator, values),
+            values=all_values,
             reward_baselines=self._gathered(self._batch_baselines) if self.rl.adv_estimator == "remax" else None,
             gamma=self.rl.gamma,
             lam=self.rl.lam,
@@ -363,7 +364,6 @@ class AgentGRPOTrainer(GRPOTrainer):
         for name, tensor in (("advantages", advantages), ("returns", returns)):
             metrics.update({f"critic/{name}/{k}": v for k, v in masked_stats(tensor, all_mask).items()})
         if values is not None:
-            all_values = gather_rows(self.accelerator, values)
             metrics.update({f"critic/values/{k}": v for k, v in masked_stats(all_values, all_mask).items()})
             metrics["critic/vf_explained_var"] = explained_variance(returns, all_values, all_mask)
             if mode == "train":
@@ -401,8 +401,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         """(B, T) log-probs of the completion tokens under the current policy, as TRL computes old log-probs."""
         from trl.models.utils import disable_gradient_checkpointing
 
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        input_ids, attention_mask = sequences(output)
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             logps, _, _ = self._get_per_token_logps_and_entropies(
                 self.model,
@@ -427,8 +426,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         if mode == "train" and self._in_critic_warmup():
             return torch.zeros((), device=self.accelerator.device, requires_grad=True)
         rl, mask = self.rl, loss_mask(inputs)
-        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        input_ids, attention_mask = sequences(inputs)
         logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             input_ids,
