@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +35,13 @@ class MetricsFile:
 
     def truncate_after(self, step: int) -> None:
         """Drops lines of steps after ``step`` (logged by a run that was killed before its next checkpoint)."""
+        self.keep(lambda record: record["step"] <= step)
+
+    def keep(self, predicate: Callable[[dict[str, Any]], bool]) -> None:
+        """Drops the records for which ``predicate`` is false."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        kept = [line for line in self.path.read_text().splitlines() if line and predicate(json.loads(line))]
         self.path.write_text("".join(f"{line}\n" for line in kept))
 
     def append(self, step: int, metrics: dict[str, Any]) -> None:

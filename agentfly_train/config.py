@@ -56,7 +56,7 @@ class AgentConfig:
     """
 
     env: str = "agentfly/Arith-Calc"
-    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"level": "easy"})
+    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"level": "single"})
     agent_type: str = "hf"
     tools: list[str] | None = None
     model_name_or_path: str | None = None
@@ -184,7 +184,8 @@ class ActorConfig:
     """The policy update (``actor_rollout_ref.actor.*``); batch sizes count prompts, as in verl.
 
     Attributes:
-        optim: The actor's optimiser.
+        optim: The actor's optimiser (default learning rate 2e-4, the tiny quickstart model's; real models
+            want about 1e-6, as in verl and the shipped configs).
         ppo_mini_batch_size: Prompts per optimiser step; a rollout batch of ``data.train_batch_size``
             prompts feeds ``train_batch_size / ppo_mini_batch_size`` steps. ``null``: one step per batch.
         ppo_micro_batch_size_per_gpu: Sequences per forward/backward pass on one device.
@@ -202,7 +203,7 @@ class ActorConfig:
         ppo_epochs: Passes over each rollout batch (the critic's too).
     """
 
-    optim: OptimConfig = field(default_factory=OptimConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-4))
     ppo_mini_batch_size: int | None = None
     ppo_micro_batch_size_per_gpu: int = 16
     use_kl_loss: bool = False
@@ -297,10 +298,10 @@ class SFTWarmupConfig:
     """
 
     enable: bool = True
-    steps: int = 60
+    steps: int = 140
     lr: float = 3e-3
     batch_size: int = 16
-    num_demos: int = 256
+    num_demos: int = 2048
 
 
 @dataclass

@@ -15,8 +15,9 @@ def resolve_chat_template(template: str | None) -> str | None:
     """The Jinja source of ``agent.template``.
 
     Args:
-        template: ``None`` (the tokenizer's own), a path to a ``.jinja`` file, or the name of a template
-            TRL ships (``qwen2_5``, ``llama3_1``, ``qwen3``...; ``qwen2.5`` is read as ``qwen2_5``).
+        template: ``None`` (the tokenizer's own), a path to a ``.jinja`` file, the name of a template we ship
+            (``compact_tools``) or of one TRL ships (``qwen2_5``, ``llama3_1``, ``qwen3``...; ``qwen2.5`` is read
+            as ``qwen2_5``).
 
     Returns:
         The template text, or ``None`` to keep the tokenizer's.
@@ -33,12 +34,19 @@ def resolve_chat_template(template: str | None) -> str | None:
         return path.read_text()
     import trl
 
-    shipped = Path(trl.__file__).parent / "chat_templates"
+    from agentfly_train.chat_templates import chat_template, shipped_templates
+
     name = template.replace(".", "_").replace("-", "_")
-    candidate = shipped / f"{name}.jinja"
+    if name in shipped_templates():
+        return chat_template(name)
+    trl_templates = Path(trl.__file__).parent / "chat_templates"
+    candidate = trl_templates / f"{name}.jinja"
     if not candidate.is_file():
-        known = sorted(p.stem for p in shipped.glob("*.jinja") if not p.stem.endswith("_training"))
-        raise ConfigError(f"agent.template={template!r} is not a TRL template name or .jinja file; known: {known}")
+        known = sorted(p.stem for p in trl_templates.glob("*.jinja") if not p.stem.endswith("_training"))
+        raise ConfigError(
+            f"agent.template={template!r} is not a shipped template name or .jinja file; "
+            f"known: {shipped_templates() + known}"
+        )
     return candidate.read_text()
 
 

@@ -66,7 +66,7 @@ def warm_start(
         tokenizer: Its tokenizer (for padding).
         rows: From :func:`golden_token_rows`.
         steps: Optimiser steps.
-        lr: Peak learning rate (linear decay).
+        lr: Learning rate (constant).
         batch_size: Rows per step.
         output_dir: Scratch directory for TRL (nothing is saved).
         use_cpu: Train on CPU.
@@ -83,7 +83,7 @@ def warm_start(
         output_dir=output_dir,
         max_steps=steps,
         learning_rate=lr,
-        lr_scheduler_type="linear",
+        lr_scheduler_type="constant",
         per_device_train_batch_size=batch_size,
         gradient_checkpointing=False,
         report_to=[],

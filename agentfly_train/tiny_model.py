@@ -1,9 +1,10 @@
 """A tiny Qwen2-architecture model and a locally trained tokenizer, for offline runs and tests.
 
 Nothing is downloaded: the byte-level BPE tokenizer is trained on text this module generates
-(arithmetic word problems rendered as tool-calling chats), it carries TRL's copy of the Qwen2.5
-chat template (so tool calls render and parse exactly as for Qwen2.5), and the model is built
-from a config with random weights.
+(arithmetic word problems rendered as tool-calling chats) and splits digits as Qwen2's does; its
+chat template is ``compact_tools`` (Qwen2.5's ChatML and Hermes ``<tool_call>`` format with a
+one-line-per-tool listing, so prompts stay short on CPU), with TRL's response template for parsing
+tool calls; the model is built from a config with random weights.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """Control tokens, as in Qwen2.5 (skipped when decoding with ``skip_special_tokens``)."""
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 """Single tokens for the tool-call tags, kept in decoded text like Qwen2.5's."""
+QWEN2_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+"""Qwen2's pre-tokenisation: every digit is its own piece, so a number is spelled the same in any context."""
 
 
 def _training_corpus(num_problems: int) -> Iterator[str]:
@@ -46,12 +51,19 @@ def build_tokenizer(vocab_size: int = 1024, num_problems: int = 300):
         A ``transformers.PreTrainedTokenizerFast`` with ``eos_token="<|im_end|>"``,
         ``pad_token="<|endoftext|>"`` and left padding (what TRL's GRPO expects).
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-    from trl.chat_template_utils import qwen2_5_chat_template
+    from trl.chat_template_utils import qwen3_template
+
+    from agentfly_train.chat_templates import chat_template
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -67,7 +79,8 @@ def build_tokenizer(vocab_size: int = 1024, num_problems: int = 300):
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         padding_side="left",
-        chat_template=qwen2_5_chat_template,
+        chat_template=chat_template("compact_tools"),
+        response_template=qwen3_template,  # TRL's parser of Qwen's `<tool_call>` JSON, for its own tool loop
     )
 
 

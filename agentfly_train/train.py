@@ -126,23 +126,31 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any])
 
 
 def resume_checkpoint(config: TrainConfig) -> str | None:
-    """The checkpoint to resume from, per ``trainer.resume_mode``.
+    """The checkpoint to resume from, per ``trainer.resume_mode`` (``auto``: the newest complete checkpoint in
+    ``trainer.default_local_dir``, skipping one a kill left half-written).
 
     Raises:
         ConfigError: ``resume_path`` names a directory that is not a checkpoint.
     """
-    from transformers.trainer_utils import get_last_checkpoint
+    from transformers.trainer import TRAINER_STATE_NAME
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     trainer = config.trainer
     if trainer.resume_mode == "disable":
         return None
     if trainer.resume_mode == "resume_path":
         path = Path(trainer.resume_from_path)
-        if not (path / "trainer_state.json").is_file():
+        if not (path / TRAINER_STATE_NAME).is_file():
             raise ConfigError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint (no trainer_state.json)")
         return str(path)
-    run_dir = Path(trainer.default_local_dir)
-    return get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+    # A run killed while saving leaves a checkpoint directory without trainer_state.json (the Trainer writes
+    # it last): resume from the newest complete one.
+    complete = [
+        path
+        for path in Path(trainer.default_local_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        if path.name.rpartition("-")[2].isdigit() and (path / TRAINER_STATE_NAME).is_file()
+    ]
+    return str(max(complete, key=lambda path: int(path.name.rpartition("-")[2]))) if complete else None
 
 
 def _check_world(config: TrainConfig, world_size: int, device: str) -> None:
@@ -216,7 +224,11 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     )
     _replace_console_callbacks(trainer, callback)
     try:
-        trainer.train(resume_from_checkpoint=checkpoint)
+        if checkpoint is not None and _checkpoint_step(checkpoint) >= args.max_steps:
+            _load_finished_run(trainer, checkpoint)  # killed after its last step: finish, train no more
+            callback.metrics.keep(lambda record: not record.get("final"))
+        else:
+            trainer.train(resume_from_checkpoint=checkpoint)
         result.resumed_from = checkpoint
         result.steps = trainer.state.global_step
         history = callback.metrics.read()
@@ -310,6 +322,22 @@ def make_trainer(
         processing_class=tokenizer,
         peft_config=lora_config(config),
     )
+
+
+def _checkpoint_step(checkpoint: str) -> int:
+    from transformers.trainer import TRAINER_STATE_NAME
+    from transformers.trainer_callback import TrainerState
+
+    return TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME)).global_step
+
+
+def _load_finished_run(trainer: Any, checkpoint: str) -> None:
+    # Trainer.train() would take one more step from a checkpoint at max_steps (transformers 5.23).
+    from transformers.trainer import TRAINER_STATE_NAME
+    from transformers.trainer_callback import TrainerState
+
+    trainer._load_from_checkpoint(checkpoint)
+    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / TRAINER_STATE_NAME))
 
 
 def _opening(pool: Any, row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ def test_quick_tour_runs_as_written(monkeypatch):
 
 def test_first_lines_are_the_two_setup_commands():
     lines = README.splitlines()
-    assert lines[3].startswith("python3 -m venv .venv") and lines[3].endswith("python -m agentfly_envs")
+    assert lines[3].startswith("python3 -m venv .venv") and lines[3].endswith("python -m agentfly_train")
     assert lines[4] == ". .venv/bin/activate && python -m pytest -q"
     ci = (REPO_ROOT / ".ci" / "run").read_text()
     assert "python -m pytest -q" in ci.splitlines()[-1]

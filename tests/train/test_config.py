@@ -217,6 +217,10 @@ def test_shipped_configs_load(name, env, estimator):
     assert config.agent.env == env and config.algorithm.adv_estimator == estimator
 
 
+def test_the_defaults_are_the_quickstart_config():
+    assert load_config(config_files=[CONFIGS / "quickstart.yaml"]) == load_config()
+
+
 def test_mapping_onto_grpo_config():
     config = load_config(
         [

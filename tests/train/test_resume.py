@@ -110,3 +110,27 @@ def test_resume_path_must_be_a_checkpoint(tmp_path):
         timeout=120,
     )
     assert done.returncode == 2 and "is not a checkpoint" in done.stderr
+
+
+def test_auto_resume_skips_a_checkpoint_left_half_written(tmp_path):
+    from agentfly_train.config import load_config
+    from agentfly_train.train import resume_checkpoint
+
+    complete, half_written = ("model.safetensors", "trainer_state.json"), ("model.safetensors",)
+    for step, files in ((2, complete), (10, complete), (11, half_written)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        for name in files:
+            (tmp_path / f"checkpoint-{step}" / name).write_text("{}")
+    (tmp_path / "checkpoint-final").mkdir()
+    config = load_config([f"trainer.default_local_dir={tmp_path}"])
+    assert resume_checkpoint(config) == str(tmp_path / "checkpoint-10")  # 11 was killed mid-save; 10 > 2 numerically
+    assert resume_checkpoint(load_config([f"trainer.default_local_dir={tmp_path / 'new'}"])) is None
+
+
+def test_resuming_a_run_killed_after_its_last_checkpoint_trains_no_more(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    command = _command(tmp_path, "trainer.total_training_steps=2")
+    for _ in range(2):  # the second run finds checkpoint-2 = max_steps, as after a kill during final saving
+        subprocess.run(command, cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=300)
+    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 2
+    assert [record["step"] for record in _steps(tmp_path)] == [1, 2]

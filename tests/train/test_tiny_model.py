@@ -21,11 +21,39 @@ def test_tokenizer_round_trips_chat_with_tool_calls(tiny_tokenizer):
     assert tiny_tokenizer.eos_token == "<|im_end|>" and tiny_tokenizer.padding_side == "left"
 
 
-def test_trl_recognises_the_template(tiny_tokenizer):
-    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+def test_template_is_qwen25_with_a_compact_tool_list_and_trl_parses_its_tool_calls(tiny_tokenizer):
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, qwen2_5_chat_template, supports_tool_calling
 
-    assert supports_tool_calling(tiny_tokenizer)
-    add_response_schema(tiny_tokenizer)  # raises for an unknown template
+    tools = [{"type": "function", "function": {"name": "calculator", "description": "Evaluate it.\n\nMore text.",
+              "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}]  # fmt: skip
+    messages = [
+        {"role": "system", "content": "Solve it."},
+        {"role": "user", "content": "2+3?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+3"}}}]},
+        {"role": "tool", "name": "calculator", "content": "5"},
+        {"role": "tool", "name": "calculator", "content": "6"},
+        {"role": "assistant", "content": "It is 5."},
+    ]  # fmt: skip
+    ours = tiny_tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+    qwen = tiny_tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False, chat_template=qwen2_5_chat_template
+    )
+    assert ours.startswith("<|im_start|>system\nSolve it.\n\nTools, called as <tool_call>")
+    assert "\n- calculator(expression): Evaluate it.<|im_end|>\n" in ours and "More text" not in ours
+    turns = "<|im_start|>user\n2+3?"
+    assert ours[ours.index(turns) :] == qwen[qwen.index(turns) :]  # every turn exactly as Qwen2.5 renders it
+    assert supports_tool_calling(tiny_tokenizer) and is_chat_template_prefix_preserving(tiny_tokenizer)
+    parsed = tiny_tokenizer.parse_response(
+        '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call><|im_end|>',
+        prefix=tiny_tokenizer.apply_chat_template(messages[:2], tokenize=False, add_generation_prompt=True),
+    )
+    assert parsed["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": "2+3"}}
+
+
+def test_tokenizer_spells_digits_one_by_one_like_qwen2(tiny_tokenizer):
+    tokens = tiny_tokenizer.tokenize("Ava has 64 beads: 9*8")
+    assert tokens[tokens.index("Ġ") :] == ["Ġ", "6", "4", "Ġbeads", ":", "Ġ", "9", "*", "8"]
 
 
 def test_model_forward_and_save_load(tmp_path, tiny_tokenizer):
@@ -41,7 +69,9 @@ def test_model_forward_and_save_load(tmp_path, tiny_tokenizer):
     tiny_tokenizer.save_pretrained(tmp_path)
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path)
     assert torch.allclose(reloaded(input_ids=ids).logits, logits, atol=1e-5)
-    assert AutoTokenizer.from_pretrained(tmp_path).chat_template == tiny_tokenizer.chat_template
+    reloaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded_tokenizer.chat_template == tiny_tokenizer.chat_template
+    assert reloaded_tokenizer.response_template == tiny_tokenizer.response_template
 
 
 def test_a_saved_tiny_policy_reloads_with_the_same_token_ids(tmp_path, tiny_tokenizer):
