@@ -17,8 +17,8 @@ LEARNING_TASKS = (
 )
 """Two fixed one-step multiplications (a calculator call, then the answer): small enough to memorise."""
 WARM_START_STEPS = 60
-"""SFT steps (lr 3e-3) on the tasks' golden episodes that give the tiny model the tool-call format: greedy
-decoding then solves one of the two tasks, sampling at temperature 1 rarely does (about one episode in ten)."""
+"""SFT steps (lr 3e-3) on the tasks' golden episodes that give the tiny model the tool-call format: sampling at
+temperature 1 then solves about four episodes in ten (the failures are calculator calls with a wrong operand)."""
 
 
 def _warm_start(steps: int, directory: Path) -> Path:
