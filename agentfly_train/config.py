@@ -21,12 +21,12 @@ TINY_MODEL = "agentfly:tiny"
 
 AGENT_TYPES = {"hf": "hermes", "react": "react", "code": "code"}
 """``agent.agent_type`` -> the env parser that reads the model's turns."""
-TRAINABLE_ESTIMATORS = ("grpo",)
-"""``algorithm.adv_estimator`` values the trainer runs today (all of ``algorithms.ADVANTAGE_ESTIMATORS`` are accepted
-names)."""
 BACKENDS = ("hf", "vllm")
 LOGGERS = ("console", "wandb", "tensorboard")
 RESUME_MODES = ("auto", "disable", "resume_path")
+WHOLE_MAPPINGS = ("agent.env_kwargs", "data.val_env_kwargs")
+"""Mappings that a config file, or an override of the whole key, replaces instead of merging into: the default's
+keys (``level``, ``task_seed``) belong to the default env. ``agent.env_kwargs.level=...`` still sets one key."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -71,7 +71,15 @@ class AgentConfig:
 
 @dataclass
 class KLControlConfig:
-    """The KL-in-reward controller (``algorithm.kl_ctrl``)."""
+    """The coefficient β of the KL penalty in the reward (``algorithm.kl_ctrl``); checkpointed with the run.
+
+    Attributes:
+        type: ``fixed`` (β stays ``kl_coef``) or ``adaptive`` (β steered so the KL tracks ``target_kl``;
+            Ziegler et al., 2019).
+        kl_coef: β at the start (> 0).
+        target_kl: ``adaptive``: the KL to track, nats per token.
+        horizon: ``adaptive``: episodes over which a 20 % KL error moves β by 20 %.
+    """
 
     type: str = "fixed"
     kl_coef: float = 0.001
@@ -81,7 +89,20 @@ class KLControlConfig:
 
 @dataclass
 class AlgorithmConfig:
-    """Advantage estimation and KL-in-reward (``algorithm.*``)."""
+    """Advantage estimation and KL-in-reward (``algorithm.*``).
+
+    Attributes:
+        adv_estimator: ``grpo``, ``rloo``, ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``,
+            ``remax`` (a greedy rollout per prompt is the baseline), ``gae`` (PPO, trains ``critic.*``),
+            ``grpo_passk``, ``opo``, ``gpg`` (``agentfly_train/algorithms.py``).
+        gamma: Discount per sampled token (``gae``, ``reinforce_plus_plus``); tool tokens cost no step.
+        lam: GAE's λ.
+        norm_adv_by_std_in_grpo: Divide GRPO advantages by the group's std (``false``: Dr. GRPO).
+        use_kl_in_reward: Subtract β · KL(π_old ‖ π_ref) from every sampled token's reward (verl's
+            ``use_kl_in_reward``; loads the reference model).
+        kl_penalty: The KL estimator in the reward: ``kl`` (k1), ``abs``, ``mse`` (k2), ``low_var_kl`` (k3).
+        kl_ctrl: β and how it moves.
+    """
 
     adv_estimator: str = "grpo"
     gamma: float = 1.0
@@ -168,16 +189,18 @@ class ActorConfig:
         ppo_mini_batch_size: Prompts per optimiser step; a rollout batch of ``data.train_batch_size``
             prompts feeds ``train_batch_size / ppo_mini_batch_size`` steps. ``null``: one step per batch.
         ppo_micro_batch_size_per_gpu: Sequences per forward/backward pass on one device.
-        use_kl_loss: Add a KL-to-reference term to the loss.
-        kl_loss_coef: Its coefficient (TRL's ``beta``).
-        kl_loss_type: Its estimator.
-        entropy_coeff: Entropy bonus coefficient.
-        clip_ratio: PPO clip range (both sides unless the next two are set).
-        clip_ratio_low: Lower clip range.
-        clip_ratio_high: Upper clip range.
-        clip_ratio_c: Dual-clip constant.
-        loss_agg_mode: How token losses are averaged.
-        ppo_epochs: Passes over each rollout batch.
+        use_kl_loss: Add a KL(π ‖ π_ref) term to the loss (loads the reference model).
+        kl_loss_coef: Its coefficient (> 0).
+        kl_loss_type: Its estimator: ``kl`` (k1), ``abs``, ``mse`` (k2), ``low_var_kl`` (k3); a ``+`` suffix
+            keeps the value with k2's (unbiased) gradient.
+        entropy_coeff: Entropy bonus coefficient (subtracted from the loss).
+        clip_ratio: PPO clip range ε (both sides unless the next two are set).
+        clip_ratio_low: Lower clip range: the ratio is clipped below at 1 − clip_ratio_low.
+        clip_ratio_high: Upper clip range: above at 1 + clip_ratio_high (DAPO's clip-higher when larger).
+        clip_ratio_c: Dual-clip bound c > 1: a negative-advantage token's loss is capped at −A·c.
+        loss_agg_mode: How token losses become the loss: ``token-mean``, ``seq-mean-token-sum``,
+            ``seq-mean-token-mean``, ``seq-mean-token-sum-norm``; over the whole optimiser step.
+        ppo_epochs: Passes over each rollout batch (the critic's too).
     """
 
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-4))
@@ -233,14 +256,27 @@ class ActorRolloutRefConfig:
 
 @dataclass
 class CriticModelConfig:
-    """The value model (``critic.model.*``); ``path: null`` starts from the policy's weights."""
+    """The value model (``critic.model.*``): a causal-LM backbone with a scalar value head.
+
+    Attributes:
+        path: ``null``: the policy's architecture and weights (after the SFT warm start); ``agentfly:tiny``:
+            the tiny policy's configuration, random weights; else a causal-LM checkpoint (Hub id or directory).
+    """
 
     path: str | None = None
 
 
 @dataclass
 class CriticConfig:
-    """``critic.*``: the value model trained by PPO (``algorithm.adv_estimator=gae``)."""
+    """``critic.*``: the value model trained by PPO (``algorithm.adv_estimator=gae``); batch sizes count prompts.
+
+    Attributes:
+        model: The value model.
+        optim: Its AdamW optimiser (constant learning rate).
+        ppo_mini_batch_size: Prompts per critic optimiser step (``null``: ``data.train_batch_size``).
+        ppo_micro_batch_size_per_gpu: Sequences per critic forward/backward on one device.
+        cliprange_value: How far V may move from the rollout's values before the clipped loss takes over.
+    """
 
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
@@ -288,7 +324,8 @@ class TrainerConfig:
         default_local_dir: The run directory (checkpoints, ``metrics.jsonl``, samples).
         seed: Seed of data order, sampling and initialisation.
         device: ``auto``, ``cpu`` or ``cuda``.
-        critic_warmup: Critic-only steps before the policy is updated (PPO).
+        critic_warmup: Rollout steps at the start that train only the critic (PPO); the policy starts moving
+            at step ``critic_warmup + 1``.
         log_val_generations: Validation trajectories written to the run directory per validation.
     """
 
@@ -421,10 +458,13 @@ def load_config(overrides: Sequence[str] = (), config_files: Sequence[str | Path
             raise ConfigError(f"config file {str(path)!r} does not exist")
         tree = OmegaConf.to_container(OmegaConf.load(path))
         tree.pop("defaults", None)
-        config = _merge(config, _fold_init_args(tree), str(path))
+        tree = OmegaConf.create(_fold_init_args(tree))
+        _clear_whole_mappings(config, [key for key in WHOLE_MAPPINGS if OmegaConf.select(tree, key) is not None])
+        config = _merge(config, tree, str(path))
     for key, value in _parse_overrides(overrides):
         update = OmegaConf.create()
         OmegaConf.update(update, key, value, force_add=True)
+        _clear_whole_mappings(config, [key] if key in WHOLE_MAPPINGS else [])
         config = _merge(config, update, f"override {key}={value}")
     try:
         result = OmegaConf.to_object(config)
@@ -432,6 +472,13 @@ def load_config(overrides: Sequence[str] = (), config_files: Sequence[str | Path
         raise ConfigError(f"cannot resolve the configuration: {error}") from None
     validate(result)
     return result
+
+
+def _clear_whole_mappings(config: Any, keys: Sequence[str]) -> None:
+    from omegaconf import OmegaConf
+
+    for key in keys:
+        OmegaConf.update(config, key, {}, merge=False)
 
 
 def _check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
@@ -520,15 +567,65 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(
             "actor_rollout_ref.rollout.name=vllm: the vLLM backends are not available in this release; use 'hf'"
         )
-    if algorithm.adv_estimator not in TRAINABLE_ESTIMATORS:
-        raise ConfigError(
-            f"algorithm.adv_estimator={algorithm.adv_estimator!r} is a known estimator but this release trains "
-            f"with {list(TRAINABLE_ESTIMATORS)} only"
-        )
-    if actor.use_kl_loss and actor.kl_loss_type not in ("low_var_kl", "k3"):
-        raise ConfigError(
-            f"actor_rollout_ref.actor.kl_loss_type={actor.kl_loss_type!r}: the KL loss runs TRL's k3 estimator; "
-            "use low_var_kl (k3)"
-        )
+    _validate_algorithm(config)
+
+
+def _validate_algorithm(config: TrainConfig) -> None:
+    """The checks of ``algorithm.*``, the actor's loss settings and ``critic.*``."""
+    from agentfly_train.algorithms import LOSS_AGG_MODES
+
+    algorithm, actor, critic = config.algorithm, config.actor_rollout_ref.actor, config.critic
+    _check_choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, list(LOSS_AGG_MODES))
+    for key, value in (("algorithm.gamma", algorithm.gamma), ("algorithm.lam", algorithm.lam)):
+        if not 0 <= value <= 1:
+            raise ConfigError(f"{key} must be in [0, 1], got {value}")
+    if actor.clip_ratio_c <= 1:
+        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c (dual clip) must be > 1, got {actor.clip_ratio_c}")
+    full_kl = "needs full logits, but the trainer computes log-probs of the sampled tokens only; use k1, k2 or k3"
     if algorithm.use_kl_in_reward:
-        raise ConfigError("algorithm.use_kl_in_reward=true is not supported by this release; use use_kl_loss")
+        if algorithm.kl_penalty.startswith("full"):
+            raise ConfigError(f"algorithm.kl_penalty={algorithm.kl_penalty!r} {full_kl}")
+        _check_positive("algorithm.kl_ctrl.kl_coef", algorithm.kl_ctrl.kl_coef)
+        if algorithm.kl_ctrl.type == "adaptive":
+            _check_positive("algorithm.kl_ctrl.target_kl", algorithm.kl_ctrl.target_kl)
+            _check_positive("algorithm.kl_ctrl.horizon", algorithm.kl_ctrl.horizon)
+    if actor.use_kl_loss:
+        if actor.kl_loss_type.startswith("full"):
+            raise ConfigError(f"actor_rollout_ref.actor.kl_loss_type={actor.kl_loss_type!r} {full_kl}")
+        if actor.kl_loss_coef <= 0:
+            raise ConfigError(
+                f"actor_rollout_ref.actor.kl_loss_coef={actor.kl_loss_coef} with use_kl_loss=true; "
+                "set use_kl_loss=false to train without the KL loss"
+            )
+    if algorithm.adv_estimator == "grpo_passk" and config.agent.num_chains < 2:
+        raise ConfigError("algorithm.adv_estimator=grpo_passk compares a prompt's responses: set agent.num_chains >= 2")
+    if config.trainer.critic_warmup < 0:
+        raise ConfigError(f"trainer.critic_warmup must be >= 0, got {config.trainer.critic_warmup}")
+    if algorithm.adv_estimator != "gae":
+        if config.trainer.critic_warmup:
+            raise ConfigError("trainer.critic_warmup warms up PPO's critic; only algorithm.adv_estimator=gae has one")
+        return
+    for key, value in (
+        ("critic.optim.lr", critic.optim.lr),
+        ("critic.ppo_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu),
+        ("critic.cliprange_value", critic.cliprange_value),
+    ):
+        _check_positive(key, value)
+    _check_positive("critic.ppo_mini_batch_size", critic.ppo_mini_batch_size, allow_none=True)
+    if config.data.train_batch_size % (critic.ppo_mini_batch_size or config.data.train_batch_size):
+        raise ConfigError(
+            f"data.train_batch_size={config.data.train_batch_size} must be a multiple of "
+            f"critic.ppo_mini_batch_size={critic.ppo_mini_batch_size}"
+        )
+    if critic.optim.lr_scheduler_type != "constant" or critic.optim.lr_warmup_steps_ratio:
+        raise ConfigError(
+            "the critic's learning rate is constant: leave critic.optim.lr_scheduler_type and "
+            "critic.optim.lr_warmup_steps_ratio at their defaults"
+        )
+    if critic.model.path == TINY_MODEL and config.model_path != TINY_MODEL:
+        raise ConfigError(
+            "critic.model.path=agentfly:tiny shares the tiny policy's vocabulary; with another policy set "
+            "critic.model.path to a checkpoint of the same tokenizer, or null to copy the policy"
+        )
+    if config.actor_rollout_ref.model.dtype == "float16":
+        raise ConfigError("the critic trains without fp16 loss scaling; use actor_rollout_ref.model.dtype=bfloat16")

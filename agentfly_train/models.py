@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,24 @@ def training_device(config: TrainConfig) -> str:
     return config.trainer.device
 
 
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+"""``tokenizer_class`` of a tokenizer saved from a plain ``tokenizers`` object (e.g. the tiny one, in a run's
+``final/`` or a checkpoint)."""
+
+
+def load_tokenizer(path: str, **kwargs: Any) -> Any:
+    """``AutoTokenizer.from_pretrained(path)``, except for a local directory whose tokenizer declares a generic
+    class: transformers would load the model type's tokenizer class (``Qwen2Tokenizer`` next to a Qwen2
+    ``config.json``), whose own pre-tokenizer gives other ids than the saved ``tokenizer.json``.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    declared = Path(path) / "tokenizer_config.json"
+    if declared.is_file() and json.loads(declared.read_text()).get("tokenizer_class") in GENERIC_TOKENIZER_CLASSES:
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, **kwargs)
+
+
 def load_policy(config: TrainConfig) -> tuple[Any, Any]:
     """The policy model (float32 weights; mixed precision is applied by the trainer) and its tokenizer.
 
@@ -72,7 +91,7 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
     Returns:
         ``(model, tokenizer)``.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     model_config = config.actor_rollout_ref.model
     if config.model_path == TINY_MODEL:
@@ -87,7 +106,7 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
         )
     else:
         kwargs = {"trust_remote_code": model_config.trust_remote_code}
-        tokenizer = AutoTokenizer.from_pretrained(config.model_path, **kwargs)
+        tokenizer = load_tokenizer(config.model_path, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype=torch.float32, **kwargs)
     template = resolve_chat_template(config.agent.template)
     if template is not None:

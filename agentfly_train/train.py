@@ -1,4 +1,4 @@
-"""A training run end to end: config -> model, envs, data -> (SFT warm start) -> GRPO -> validation."""
+"""A training run end to end: config -> model, envs, data -> (SFT warm start) -> RL -> validation."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from agentfly_train.generation import SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets
 
 RESULT_FILE = "result.json"
+REFERENCE_DIR = "reference"
+"""The reference model of the KL terms in the run directory: the policy as RL starts (after the warm start)."""
 
 
 def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
@@ -161,7 +163,7 @@ def _check_world(config: TrainConfig, world_size: int, device: str) -> None:
 
 
 def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
-    """Runs the configured job: load, optionally warm-start, validate, train with GRPO, validate.
+    """Runs the configured job: load, optionally warm-start, validate, train with RL, validate.
 
     Args:
         config: A validated configuration (:func:`~agentfly_train.config.load_config`).
@@ -174,9 +176,8 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     from transformers import set_seed
 
     from agentfly_train.callbacks import AgentCallback
-    from agentfly_train.models import load_policy, lora_config, training_device
+    from agentfly_train.models import load_policy, training_device
     from agentfly_train.sft import golden_token_rows, warm_start
-    from agentfly_train.trainer import AgentGRPOTrainer
     from agentfly_train.trl_args import grpo_config
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
@@ -214,20 +215,10 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
             )
     train_env.close()
     val_env.close()
+    if args.beta and config.actor_rollout_ref.model.lora_rank == 0:
+        pin_reference(config, model, run_dir)
 
-    agent = agent_rollout(config, codec, train_kwargs)
-    prompts = [codec.render(_opening(agent.pool, row), add_generation_prompt=True) for row in train_tasks]
-    trainer = AgentGRPOTrainer(
-        agent=agent,
-        val_rows=val_tasks,
-        val_batch_size=config.data.val_batch_size,
-        log_val_generations=config.trainer.log_val_generations,
-        model=model,
-        args=args,
-        train_dataset=trl_dataset(train_tasks, prompts),
-        processing_class=tokenizer,
-        peft_config=lora_config(config),
-    )
+    trainer = make_trainer(config, args, model, tokenizer, codec, train_tasks, val_tasks, world_size)
     callback = AgentCallback(
         trainer, config.trainer.test_freq, config.trainer.val_before_train and bool(val_tasks), show_progress
     )
@@ -251,10 +242,89 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
             callback.metrics.append(trainer.state.global_step, {"final": True, **result.val_after})
         trainer.save_model(str(run_dir / "final"))
     finally:
-        agent.executor.shutdown()
-        agent.pool.close()
+        trainer.agent.executor.shutdown()
+        trainer.agent.pool.close()
     (run_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2))
     return result
+
+
+def pin_reference(config: TrainConfig, model: Any, run_dir: Path) -> None:
+    """Makes the reference model of the KL terms the policy as RL starts.
+
+    TRL builds the reference from the path in the policy's config, which holds the weights before the SFT
+    warm start (and no path at all for ``agentfly:tiny``). When either applies, the policy is saved once to
+    ``<run dir>/reference`` (a resumed run keeps the first run's) and its config points there. With LoRA,
+    TRL's reference is the base model with the adapter off, which needs no copy.
+    """
+    from accelerate import PartialState
+
+    from agentfly_train.config import TINY_MODEL
+
+    path = run_dir / REFERENCE_DIR
+    if not (config.sft.enable or config.model_path == TINY_MODEL or path.is_dir()):
+        return
+    state = PartialState()
+    if state.is_main_process and not (path / "config.json").is_file():
+        model.save_pretrained(path)
+    state.wait_for_everyone()
+    model.config._name_or_path = str(path)
+
+
+def make_trainer(
+    config: TrainConfig,
+    args: Any,
+    model: Any,
+    tokenizer: Any,
+    codec: ChatCodec,
+    train_tasks: list[dict[str, Any]],
+    val_tasks: list[dict[str, Any]],
+    world_size: int,
+) -> Any:
+    """The :class:`~agentfly_train.trainer.AgentGRPOTrainer` of a run: the rollout engine over a pool of
+    training envs, the algorithm's settings, the KL controller (with ``use_kl_in_reward``), and the critic
+    (with ``gae``, built now, so ``critic.model.path=null`` copies the policy as it is after the warm start).
+
+    Args:
+        config: The validated configuration.
+        args: Its ``trl.GRPOConfig`` (:func:`~agentfly_train.trl_args.grpo_config`).
+        model: The policy.
+        tokenizer: Its tokenizer.
+        codec: The chat codec (:func:`make_codec`).
+        train_tasks: Training rows.
+        val_tasks: Validation rows.
+        world_size: Processes in the launch.
+    """
+    from agentfly_train.algorithms import make_kl_controller
+    from agentfly_train.critic import build_value_model
+    from agentfly_train.models import lora_config
+    from agentfly_train.trainer import AgentGRPOTrainer
+    from agentfly_train.trl_args import critic_settings, rl_settings
+
+    agent = agent_rollout(config, codec, env_kwargs(config))
+    prompts = [codec.render(_opening(agent.pool, row), add_generation_prompt=True) for row in train_tasks]
+    critic_model = critic = kl_ctrl = None
+    if config.algorithm.adv_estimator == "gae":
+        trust_remote_code = config.actor_rollout_ref.model.trust_remote_code
+        critic_model = build_value_model(config.critic.model.path, model, trust_remote_code)
+        critic = critic_settings(config, world_size)
+    if config.algorithm.use_kl_in_reward:
+        kl = config.algorithm.kl_ctrl
+        kl_ctrl = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
+    return AgentGRPOTrainer(
+        agent=agent,
+        rl=rl_settings(config),
+        kl_ctrl=kl_ctrl,
+        critic_model=critic_model,
+        critic_settings=critic,
+        val_rows=val_tasks,
+        val_batch_size=config.data.val_batch_size,
+        log_val_generations=config.trainer.log_val_generations,
+        model=model,
+        args=args,
+        train_dataset=trl_dataset(train_tasks, prompts),
+        processing_class=tokenizer,
+        peft_config=lora_config(config),
+    )
 
 
 def _trainer_state(checkpoint: str) -> Any:

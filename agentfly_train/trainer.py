@@ -1,15 +1,30 @@
-"""``AgentGRPOTrainer``: TRL's ``GRPOTrainer`` trained on multi-turn agent rollouts over agentfly envs.
+"""``AgentGRPOTrainer``: TRL's ``GRPOTrainer`` trained on multi-turn agent rollouts, with verl's algorithms.
 
-TRL keeps the loss, optimisation, group-normalised advantages, distributed setup, logging and
-checkpointing. We plug in through TRL's ``rollout_func`` hook (our token-in/token-out engine returns
-``prompt_ids``, ``completion_ids``, sampled ``logprobs``, ``env_mask`` and the env's reward) and override
-one method, ``_generate_and_score_completions``, only to hand the batch's task rows to the rollout and to
-record rollout statistics. ``tests/train/test_trl_contract.py`` pins the TRL behaviour we rely on.
+TRL keeps generation scheduling (``steps_per_generation``, ``num_iterations`` = PPO epochs), the reference
+model, old and reference log-probs, the optimiser, distributed setup, logging and checkpointing. Our
+rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out episodes with ``prompt_ids``,
+``completion_ids``, sampled ``logprobs``, ``env_mask`` and the env's reward). The algorithm is ours
+(:mod:`agentfly_train.algorithms`); we override four TRL methods:
+
+- ``_generate_and_score_completions``: hands the batch's task rows to the rollout, lets TRL build the batch,
+  then replaces TRL's (B,) group-normalised advantages by (B, T) token-level ones: each episode's reward on
+  its last sampled token, minus β·KL when ``use_kl_in_reward`` (controller updated with the KL of the batch
+  gathered from all processes), through the configured estimator over the whole gathered batch (groups are
+  the ``num_generations`` rollouts of one prompt). With ``gae`` the critic computes values first and is
+  updated on the returns afterwards. Tool tokens (``env_mask = 0``) and padding get 0.
+- ``_compute_loss``: the PPO clipped (dual-clip) policy loss, minus the entropy bonus, plus the KL loss, each
+  aggregated with ``loss_agg_mode`` so that the micro-batches of an optimiser step add up to the step's loss.
+- ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the KL controller's state and the critic (weights
+  and optimiser) go into, and come back from, the ``checkpoint-N`` directory TRL writes.
+
+``tests/train/test_trl_contract.py`` pins the TRL behaviour we rely on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import json
 import os
 import time
@@ -21,12 +36,45 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from torch import Tensor
 from trl import GRPOTrainer
 
+from agentfly_train.algorithms import (
+    KLController,
+    agg_loss,
+    apply_kl_penalty,
+    compute_advantage,
+    kl_penalty,
+    policy_loss,
+)
+from agentfly_train.batch import (
+    explained_variance,
+    gather_rows,
+    loss_mask,
+    masked_stats,
+    outcome_rewards,
+    sequences,
+    step_denominator,
+)
+from agentfly_train.critic import Critic, CriticSettings
 from agentfly_train.generation import HFGenerationBackend, SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets, Trajectory, run_rollouts, summarize
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
+
+ALGORITHM_STATE_FILE = "algorithm_state.json"
+"""The KL controller's state in a checkpoint directory."""
+CRITIC_DIR = "critic"
+"""The critic's weights and optimiser state in a checkpoint directory."""
+UNSUPPORTED_TRL_OPTIONS = {
+    "use_vllm": False,
+    "top_entropy_quantile": 1.0,
+    "off_policy_mask_threshold": None,
+    "delta": None,
+    "importance_sampling_level": "token",
+    "use_adaptive_entropy": False,
+}
+"""``GRPOConfig`` fields whose effect lives in TRL's loss, which ours replaces, with the only value we accept."""
 
 
 def env_reward(prompts: list[Any], completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float]:
@@ -111,8 +159,51 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class RLSettings:
+    """The algorithm: how episode rewards become token advantages, and the policy loss.
+
+    Built from ``algorithm.*``, ``actor_rollout_ref.actor.*`` and ``trainer.critic_warmup`` by
+    :func:`agentfly_train.trl_args.rl_settings`. The defaults are GRPO with TRL's default objective (token-mean
+    PPO clip at 0.2, no KL, no entropy bonus).
+
+    Attributes:
+        adv_estimator: A key of ``algorithms.ADVANTAGE_ESTIMATORS``.
+        gamma: Discount per sampled token (``gae``, ``reinforce_plus_plus``).
+        lam: GAE's λ.
+        norm_adv_by_std_in_grpo: Divide by the group std in ``grpo`` (False: Dr. GRPO).
+        use_kl_in_reward: Subtract β·KL(π_old ‖ π_ref) from the token rewards (β from the KL controller).
+        kl_penalty: The KL estimator in the reward (a key of ``algorithms.KL_PENALTIES``).
+        use_kl_loss: Add ``kl_loss_coef`` · KL(π ‖ π_ref) to the loss.
+        kl_loss_coef: Its coefficient.
+        kl_loss_type: Its estimator.
+        entropy_coeff: Entropy bonus coefficient (subtracted from the loss).
+        clip_ratio_low: ε_low; the ratio's lower clip is 1 − ε_low.
+        clip_ratio_high: ε_high; the ratio's upper clip is 1 + ε_high.
+        clip_ratio_c: Dual-clip bound (> 1) on the loss of negative-advantage tokens.
+        loss_agg_mode: A key of ``algorithms.LOSS_AGG_MODES``, for the policy, entropy and KL terms.
+        critic_warmup: Rollout steps that train only the critic (the policy is not updated).
+    """
+
+    adv_estimator: str = "grpo"
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    entropy_coeff: float = 0.0
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    critic_warmup: int = 0
+
+
 class AgentGRPOTrainer(GRPOTrainer):
-    """GRPO over multi-turn agent episodes.
+    """PPO-family RL over multi-turn agent episodes on TRL's ``GRPOTrainer``.
 
     The train dataset has a ``prompt`` column (the rendered opening, for TRL's logs) and a ``task`` column
     (the row as JSON, reset into the env). Rewards come from the envs' scoring; rollouts of one prompt form
@@ -120,28 +211,54 @@ class AgentGRPOTrainer(GRPOTrainer):
 
     Args:
         agent: The rollout engine's settings and envs.
+        rl: The algorithm.
+        kl_ctrl: The KL-in-reward controller (required with ``rl.use_kl_in_reward``).
+        critic_model: The value model (required with ``rl.adv_estimator="gae"``; see
+            :func:`~agentfly_train.critic.build_value_model`); prepared by Accelerate here, with gradient
+            checkpointing when ``args.gradient_checkpointing``.
+        critic_settings: How to train it.
         val_rows: Validation task rows (``None``: no validation).
         val_batch_size: Episodes per validation generation call.
         log_val_generations: Validation trajectories written to ``<output_dir>/val_samples/step_<N>.jsonl``.
         **kwargs: ``GRPOTrainer`` arguments (``model``, ``args``, ``train_dataset``, ``processing_class``,
-            ``callbacks``, ``peft_config``); ``reward_funcs`` and ``rollout_func`` are set here.
+            ``callbacks``, ``peft_config``); ``reward_funcs`` and ``rollout_func`` are set here. ``args.beta``
+            must be non-zero when a KL term needs the reference model (TRL loads it only then).
+
+    Raises:
+        ValueError: a setting the objective needs is missing, or ``args`` asks for a TRL loss option we replace.
     """
 
     def __init__(
         self,
         *,
         agent: AgentRollout,
+        rl: RLSettings | None = None,
+        kl_ctrl: KLController | None = None,
+        critic_model: Any = None,
+        critic_settings: CriticSettings | None = None,
         val_rows: Sequence[Mapping[str, Any]] | None = None,
         val_batch_size: int = 64,
         log_val_generations: int = 8,
         **kwargs: Any,
     ) -> None:
         self.agent = agent
+        self.rl = rl or RLSettings()
+        self.kl_ctrl = kl_ctrl
         self.val_rows = list(val_rows or [])
         self.val_batch_size = val_batch_size
         self.log_val_generations = log_val_generations
         self._batch_tasks: list[dict[str, Any]] = []
+        self._batch_rewards: list[float] = []
+        self._batch_baselines: list[float] = []
+        _check_setup(self.rl, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)
         super().__init__(reward_funcs=[env_reward], rollout_func=self._rollout, **kwargs)
+        if critic_model is not None and (self.is_deepspeed_enabled or self.is_fsdp_enabled):
+            raise ValueError("the PPO critic runs on one process or under DDP; DeepSpeed and FSDP are not supported")
+        self.critic = None
+        if critic_model is not None:
+            if self.args.gradient_checkpointing:
+                critic_model.gradient_checkpointing_enable(self.args.gradient_checkpointing_kwargs)
+            self.critic = Critic(critic_model, critic_settings, self.accelerator)
         self.backend = HFGenerationBackend(
             self._generation_model, self._tokenizer.pad_token_id, self.eos_token_ids, self.accelerator.device
         )
@@ -168,17 +285,18 @@ class AgentGRPOTrainer(GRPOTrainer):
         ):
             yield model
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """TRL's method; we only hand the rows' tasks to :meth:`_rollout` first."""
-        self._batch_tasks = [json.loads(row["task"]) for row in inputs]
-        return super()._generate_and_score_completions(inputs)
+    # --- rollouts ------------------------------------------------------------------------------------------------
 
     def _rollout(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list[Any]]:
-        """TRL's ``rollout_func``: multi-turn episodes for the batch's tasks."""
+        """TRL's ``rollout_func``: multi-turn episodes for the batch's tasks (plus ReMax's greedy baselines)."""
         mode = "train" if self.model.training else "eval"
         params = self.agent.train_params if mode == "train" else self.agent.val_params
         start = time.perf_counter()
         trajectories = self.agent.run(self.backend, self._batch_tasks, params)
+        self._batch_rewards = [t.reward for t in trajectories]
+        if self.rl.adv_estimator == "remax":
+            self._batch_baselines = self._greedy_rewards(self._batch_tasks)
+            self._metrics[mode]["reward/greedy_baseline/mean"].append(sum(self._batch_baselines) / len(trajectories))
         self._record_rollout(mode, trajectories, time.perf_counter() - start)
         return {
             "prompt_ids": [t.prompt_ids for t in trajectories],
@@ -187,6 +305,15 @@ class AgentGRPOTrainer(GRPOTrainer):
             "env_mask": [t.env_mask for t in trajectories],
             "env_reward": [t.reward for t in trajectories],
         }
+
+    def _greedy_rewards(self, tasks: Sequence[Mapping[str, Any]]) -> list[float]:
+        """ReMax's baseline of each row: the reward of one greedy episode per distinct task."""
+        keys = [json.dumps(task, sort_keys=True, default=str) for task in tasks]
+        distinct = list(dict.fromkeys(keys))
+        greedy = dataclasses.replace(self.agent.val_params, temperature=0.0)
+        episodes = self.agent.run(self.backend, [json.loads(key) for key in distinct], greedy)
+        reward = {key: episode.reward for key, episode in zip(distinct, episodes, strict=True)}
+        return [reward[key] for key in keys]
 
     def _record_rollout(self, mode: str, trajectories: Sequence[Trajectory], seconds: float) -> None:
         stats = summarize(trajectories)
@@ -198,6 +325,193 @@ class AgentGRPOTrainer(GRPOTrainer):
         metrics["timing/rollout_s"].append(seconds)
         metrics["timing/env_s"].append(env_seconds)
         metrics["throughput/gen_tokens_per_s"].append(sampled / max(seconds - env_seconds, 1e-9))
+
+    # --- advantages ----------------------------------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """TRL's method with our advantages: the output's ``advantages`` become (B, T), 0 on tool tokens."""
+        self._batch_tasks = [json.loads(row["task"]) for row in inputs]
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        output["advantages"] = self._advantages(output, mode)
+        return output
+
+    def _advantages(self, output: dict[str, Any], mode: str) -> Tensor:
+        """(B, T) advantages of this process's rows, computed over the batch gathered from all processes.
+
+        With a critic, its values go into ``gae`` and it is then trained on the returns (in train mode).
+        """
+        mask = loss_mask(output)  # (B, T)
+        batch, length = mask.shape
+        rows = slice(self.accelerator.process_index * batch, (self.accelerator.process_index + 1) * batch)
+        input_ids, attention_mask = sequences(output)
+        values = None if self.critic is None else self.critic.values(input_ids, attention_mask, length)
+        all_values = None if values is None else gather_rows(self.accelerator, values)
+        all_mask = gather_rows(self.accelerator, mask)  # (B * processes, T_max)
+        rewards, metrics = self._token_rewards(output, all_mask, mode)
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        advantages, returns = compute_advantage(
+            self.rl.adv_estimator,
+            rewards,
+            all_mask,
+            index=torch.arange(all_mask.shape[0], device=all_mask.device) // group_size,
+            values=all_values,
+            reward_baselines=self._gathered(self._batch_baselines) if self.rl.adv_estimator == "remax" else None,
+            gamma=self.rl.gamma,
+            lam=self.rl.lam,
+            norm_adv_by_std_in_grpo=self.rl.norm_adv_by_std_in_grpo,
+        )
+        for name, tensor in (("advantages", advantages), ("returns", returns)):
+            metrics.update({f"critic/{name}/{k}": v for k, v in masked_stats(tensor, all_mask).items()})
+        if values is not None:
+            metrics.update({f"critic/values/{k}": v for k, v in masked_stats(all_values, all_mask).items()})
+            metrics["critic/vf_explained_var"] = explained_variance(returns, all_values, all_mask)
+            if mode == "train":
+                local_returns = returns[rows, :length]
+                metrics.update(self.critic.update(input_ids, attention_mask, mask, local_returns, values))
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
+        return advantages[rows, :length]
+
+    def _token_rewards(self, output: dict[str, Any], all_mask: Tensor, mode: str) -> tuple[Tensor, dict[str, float]]:
+        """(B * processes, T_max) token rewards: each episode's reward on its last sampled token, minus β·KL
+        on every sampled token with ``use_kl_in_reward`` (the controller is updated in train mode only)."""
+        rewards = outcome_rewards(self._gathered(self._batch_rewards), all_mask)
+        if not self.rl.use_kl_in_reward:
+            return rewards, {}
+        if "old_per_token_logps" not in output:  # TRL skips them when the ratio is 1; the KL needs them
+            output["old_per_token_logps"] = self._policy_logps(output)
+        controller = self.kl_ctrl if mode == "train" else copy.deepcopy(self.kl_ctrl)
+        rewards, kl = apply_kl_penalty(
+            rewards,
+            gather_rows(self.accelerator, output["old_per_token_logps"]),
+            gather_rows(self.accelerator, output["ref_per_token_logps"]),
+            all_mask,
+            controller,
+            self.rl.kl_penalty,
+        )
+        return rewards, {"actor/reward_kl_penalty": kl["kl"], "actor/reward_kl_penalty_coeff": kl["kl_coef"]}
+
+    def _gathered(self, per_row: Sequence[float]) -> Tensor:
+        """(B * processes,) float32: a per-row list of this process, gathered from all processes."""
+        return gather_rows(self.accelerator, torch.tensor(per_row, dtype=torch.float32, device=self.accelerator.device))
+
+    @torch.no_grad()
+    def _policy_logps(self, output: Mapping[str, Any]) -> Tensor:
+        """(B, T) log-probs of the completion tokens under the current policy, as TRL computes old log-probs."""
+        from trl.models.utils import disable_gradient_checkpointing
+
+        input_ids, attention_mask = sequences(output)
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids,
+                attention_mask,
+                output["completion_ids"].shape[1],
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        return logps
+
+    # --- loss ----------------------------------------------------------------------------------------------------
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
+        """The policy objective on one micro-batch, on tokens where ``loss_mask`` is 1:
+
+        L = policy_loss(clip ε_low/ε_high, dual clip c) − entropy_coeff · H + kl_loss_coef · KL(π ‖ π_ref),
+        each term aggregated with ``loss_agg_mode`` over the whole optimiser step (all micro-batches, all
+        processes), so the micro-batch losses add up to the step's. During ``critic_warmup`` it is a constant
+        0 (no forward pass; the policy does not move).
+        """
+        mode = "train" if self.model.training else "eval"
+        if mode == "train" and self._in_critic_warmup():
+            return torch.zeros((), device=self.accelerator.device, requires_grad=True)
+        rl, mask = self.rl, loss_mask(inputs)
+        input_ids, attention_mask = sequences(inputs)
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            inputs["completion_ids"].shape[1],
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+        )
+        old_logps = inputs.get("old_per_token_logps")
+        old_logps = logps.detach() if old_logps is None else old_logps
+        denominator = self._step_denominator() if mode == "train" else None
+        pg_loss, pg_metrics = policy_loss(
+            old_logps,
+            logps,
+            inputs["advantages"],
+            mask,
+            rl.clip_ratio_low,
+            rl.clip_ratio_high,
+            rl.clip_ratio_c,
+            rl.loss_agg_mode,
+            denominator=denominator,
+        )
+        entropy = agg_loss(entropies, mask, rl.loss_agg_mode, denominator=denominator)
+        loss = pg_loss - rl.entropy_coeff * entropy
+        terms = {"actor/pg_loss": pg_loss, "actor/entropy": entropy}
+        if rl.use_kl_loss:
+            kl = kl_penalty(logps, inputs["ref_per_token_logps"], rl.kl_loss_type)
+            terms["actor/kl_loss"] = agg_loss(kl, mask, rl.loss_agg_mode, denominator=denominator)
+            loss = loss + rl.kl_loss_coef * terms["actor/kl_loss"]
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / accumulation
+        # The logger averages a step's micro-batches; a term's share times their number is the step's value.
+        metrics = {**{name: term.detach() * accumulation for name, term in terms.items()}, **pg_metrics}
+        means = self.accelerator.reduce(torch.stack(list(metrics.values())).float(), reduction="mean")
+        for name, value in zip(metrics, means.tolist(), strict=True):
+            self._metrics[mode][name if name.startswith("actor/") else f"actor/{name}"].append(value)
+        return loss
+
+    def _in_critic_warmup(self) -> bool:
+        """Whether the current rollout step is one of the first ``critic_warmup``."""
+        optimizer_steps_per_rollout = (
+            self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
+        )
+        return self.state.global_step // optimizer_steps_per_rollout < self.rl.critic_warmup
+
+    def _step_denominator(self) -> Tensor:
+        """The loss denominator of the current optimiser step, from the micro-batches TRL buffered for it."""
+        accumulation = self.args.gradient_accumulation_steps
+        first = (self._step % self.args.steps_per_generation) // accumulation * accumulation
+        window = self._buffered_inputs[first : first + accumulation]
+        return step_denominator(
+            [loss_mask(batch) for batch in window],
+            self.rl.loss_agg_mode,
+            self.args.max_completion_length,
+            self.accelerator,
+        )
+
+    # --- checkpoints ---------------------------------------------------------------------------------------------
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """TRL's checkpoint plus the KL controller and the critic, written first: TRL's ``trainer_state.json``,
+        written last, marks a complete checkpoint."""
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        directory = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.kl_ctrl is not None and self.args.should_save:
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / ALGORITHM_STATE_FILE).write_text(json.dumps({"kl_ctrl": self.kl_ctrl.state_dict()}))
+        if self.critic is not None:
+            self.critic.save(str(directory / CRITIC_DIR), write=self.args.should_save)
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """TRL's resume, plus the KL controller and the critic of the checkpoint."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        if self.kl_ctrl is not None:
+            state = json.loads((Path(checkpoint) / ALGORITHM_STATE_FILE).read_text())
+            self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        if self.critic is not None:
+            self.critic.load(str(Path(checkpoint) / CRITIC_DIR))
+
+    # --- validation and logging ----------------------------------------------------------------------------------
 
     def validate(self) -> dict[str, float]:
         """Runs the validation rows through the envs; returns ``val/*`` metrics and writes sample trajectories.
@@ -223,6 +537,26 @@ class AgentGRPOTrainer(GRPOTrainer):
         """Adds metrics to the current step's log line."""
         for name, value in metrics.items():
             self._metrics["train"][name].append(value)
+
+
+def _check_setup(
+    rl: RLSettings, args: Any, kl_ctrl: KLController | None, critic_model: Any, critic_settings: CriticSettings | None
+) -> None:
+    """Raises ``ValueError`` when the trainer's arguments cannot run ``rl``."""
+    if rl.adv_estimator == "gae" and (critic_model is None or critic_settings is None):
+        raise ValueError("adv_estimator='gae' trains a critic: pass critic_model and critic_settings")
+    if rl.use_kl_in_reward and kl_ctrl is None:
+        raise ValueError("use_kl_in_reward needs kl_ctrl (algorithms.make_kl_controller)")
+    if args is None:
+        return
+    if (rl.use_kl_in_reward or rl.use_kl_loss) and args.beta == 0.0:
+        raise ValueError("a KL term needs the reference model, which TRL loads only when GRPOConfig.beta != 0")
+    for name, accepted in UNSUPPORTED_TRL_OPTIONS.items():
+        if getattr(args, name) != accepted:
+            raise ValueError(
+                f"GRPOConfig.{name}={getattr(args, name)!r} acts in TRL's loss, which AgentGRPOTrainer replaces; "
+                f"leave it at {accepted!r}"
+            )
 
 
 def generation_backend_for(model: Any, tokenizer: Any) -> HFGenerationBackend:

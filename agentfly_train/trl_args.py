@@ -1,16 +1,24 @@
-"""The mapping of our configuration onto TRL's ``GRPOConfig`` (the README's table mirrors it)."""
+"""Our configuration as the trainer's arguments: TRL's ``GRPOConfig`` (the README's table mirrors it), and the
+:class:`~agentfly_train.trainer.RLSettings` and :class:`~agentfly_train.critic.CriticSettings` our objective reads.
+
+The objective is not TRL's (``AgentGRPOTrainer`` replaces TRL's advantages and loss), so ``GRPOConfig`` keeps
+TRL's defaults for its loss fields (``loss_type``, ``epsilon``, ``scale_rewards``, ``entropy_coef``, ...). Its
+``beta`` only decides whether TRL loads the reference model and computes its log-probs (it does when
+``beta != 0``); the KL coefficients we use are in ``RLSettings`` and the KL controller.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentfly_train.config import ConfigError, TrainConfig
 from agentfly_train.models import policy_dtype
 
-LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
-"""``actor_rollout_ref.actor.loss_agg_mode`` -> TRL ``loss_type`` with the same token averaging."""
+if TYPE_CHECKING:
+    from agentfly_train.critic import CriticSettings
+    from agentfly_train.trainer import RLSettings
 
 
 @dataclass(frozen=True)
@@ -21,18 +29,46 @@ class BatchLayout:
         completions_per_rollout: ``data.train_batch_size * agent.num_chains`` episodes per rollout step.
         micro_batch: Sequences per forward/backward on one device (``per_device_train_batch_size``).
         grad_accum: Micro-batches per optimiser step on one device.
-        steps_per_rollout: Optimiser steps fed by one rollout batch.
+        steps_per_rollout: Mini-batches (optimiser steps per PPO epoch) in one rollout batch.
+        ppo_epochs: Passes over each rollout batch.
     """
 
     completions_per_rollout: int
     micro_batch: int
     grad_accum: int
     steps_per_rollout: int
+    ppo_epochs: int
 
     @property
     def steps_per_generation(self) -> int:
         """TRL's ``steps_per_generation``: micro-batches per device drawn from one rollout batch."""
         return self.grad_accum * self.steps_per_rollout
+
+    @property
+    def optimizer_steps_per_rollout(self) -> int:
+        """Optimiser steps fed by one rollout batch: its mini-batches, in each PPO epoch."""
+        return self.steps_per_rollout * self.ppo_epochs
+
+
+def _micro_batches(
+    prompts_per_step: int, micro_batch: int, chains: int, world_size: int, keys: tuple[str, str]
+) -> tuple[int, int]:
+    """(micro-batch, micro-batches per optimiser step) on one device, for steps of ``prompts_per_step`` prompts.
+
+    Raises:
+        ConfigError: the episodes of a step do not split evenly over the devices and micro-batches (``keys``
+            name the mini- and micro-batch settings).
+    """
+    episodes = prompts_per_step * chains
+    if episodes % world_size:
+        raise ConfigError(f"{keys[0]} * agent.num_chains = {episodes} episodes do not split over {world_size} devices")
+    per_device = episodes // world_size
+    micro = min(micro_batch, per_device)
+    if per_device % micro:
+        raise ConfigError(
+            f"{per_device} episodes per device per optimiser step are not a multiple of {keys[1]}={micro}"
+        )
+    return micro, per_device // micro
 
 
 def batch_layout(config: TrainConfig, world_size: int) -> BatchLayout:
@@ -41,27 +77,78 @@ def batch_layout(config: TrainConfig, world_size: int) -> BatchLayout:
     Raises:
         ConfigError: the sizes do not divide evenly across devices and micro-batches.
     """
-    actor, chains = config.actor_rollout_ref.actor, config.agent.num_chains
-    prompts = config.data.train_batch_size
+    actor, prompts, chains = config.actor_rollout_ref.actor, config.data.train_batch_size, config.agent.num_chains
     mini = actor.ppo_mini_batch_size or prompts
-    mini_completions = mini * chains
-    if mini_completions % world_size:
-        raise ConfigError(
-            f"ppo_mini_batch_size * agent.num_chains = {mini_completions} episodes "
-            f"do not split over {world_size} devices"
-        )
-    micro = min(actor.ppo_micro_batch_size_per_gpu, mini_completions // world_size)
-    if (mini_completions // world_size) % micro:
-        raise ConfigError(
-            f"{mini_completions // world_size} episodes per device per optimiser step are not a multiple of "
-            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}"
-        )
+    keys = ("actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+    micro, grad_accum = _micro_batches(mini, actor.ppo_micro_batch_size_per_gpu, chains, world_size, keys)
     return BatchLayout(
         completions_per_rollout=prompts * chains,
         micro_batch=micro,
-        grad_accum=mini_completions // world_size // micro,
+        grad_accum=grad_accum,
         steps_per_rollout=prompts // mini,
+        ppo_epochs=actor.ppo_epochs,
     )
+
+
+def rl_settings(config: TrainConfig) -> RLSettings:
+    """The trainer's :class:`~agentfly_train.trainer.RLSettings`: ``algorithm.*``, the actor's loss settings,
+    and ``trainer.critic_warmup``; ``clip_ratio`` fills whichever of ``clip_ratio_low/high`` is unset."""
+    from agentfly_train.trainer import RLSettings
+
+    algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
+    return RLSettings(
+        adv_estimator=algorithm.adv_estimator,
+        gamma=algorithm.gamma,
+        lam=algorithm.lam,
+        norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+        use_kl_in_reward=algorithm.use_kl_in_reward,
+        kl_penalty=algorithm.kl_penalty,
+        use_kl_loss=actor.use_kl_loss,
+        kl_loss_coef=actor.kl_loss_coef,
+        kl_loss_type=actor.kl_loss_type,
+        entropy_coeff=actor.entropy_coeff,
+        clip_ratio_low=actor.clip_ratio if actor.clip_ratio_low is None else actor.clip_ratio_low,
+        clip_ratio_high=actor.clip_ratio if actor.clip_ratio_high is None else actor.clip_ratio_high,
+        clip_ratio_c=actor.clip_ratio_c,
+        loss_agg_mode=actor.loss_agg_mode,
+        critic_warmup=config.trainer.critic_warmup,
+    )
+
+
+def critic_settings(config: TrainConfig, world_size: int) -> CriticSettings:
+    """The :class:`~agentfly_train.critic.CriticSettings` of ``critic.*``: mini-batches of
+    ``critic.ppo_mini_batch_size`` prompts (default ``data.train_batch_size``), ``ppo_epochs`` passes and the
+    loss aggregation of the actor.
+
+    Raises:
+        ConfigError: the critic's batch sizes do not divide evenly across devices and micro-batches.
+    """
+    from agentfly_train.critic import CriticSettings
+
+    critic, actor, chains = config.critic, config.actor_rollout_ref.actor, config.agent.num_chains
+    mini = critic.ppo_mini_batch_size or config.data.train_batch_size
+    keys = ("critic.ppo_mini_batch_size", "critic.ppo_micro_batch_size_per_gpu")
+    micro, count = _micro_batches(mini, critic.ppo_micro_batch_size_per_gpu, chains, world_size, keys)
+    return CriticSettings(
+        lr=critic.optim.lr,
+        weight_decay=critic.optim.weight_decay,
+        grad_clip=critic.optim.grad_clip,
+        mini_batch=micro * count,
+        micro_batch=micro,
+        cliprange_value=critic.cliprange_value,
+        loss_agg_mode=actor.loss_agg_mode,
+        epochs=actor.ppo_epochs,
+        completion_width=config.actor_rollout_ref.rollout.response_length,
+    )
+
+
+def reference_beta(config: TrainConfig) -> float:
+    """``GRPOConfig.beta``: non-zero (the KL loss's, else the controller's, initial coefficient) exactly when a
+    KL term needs the reference model; TRL then loads it and computes its log-probs."""
+    actor, algorithm = config.actor_rollout_ref.actor, config.algorithm
+    if actor.use_kl_loss:
+        return actor.kl_loss_coef
+    return algorithm.kl_ctrl.kl_coef if algorithm.use_kl_in_reward else 0.0
 
 
 def report_to(config: TrainConfig) -> list[str]:
@@ -86,11 +173,6 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
 
     actor, rollout, trainer = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.trainer
     layout = batch_layout(config, world_size)
-    if actor.loss_agg_mode not in LOSS_TYPES:
-        raise ConfigError(
-            f"actor_rollout_ref.actor.loss_agg_mode={actor.loss_agg_mode!r} is not available; "
-            f"use one of {list(LOSS_TYPES)}"
-        )
     dtype = policy_dtype(config.actor_rollout_ref.model.dtype, device)
     steps = trainer.total_training_steps
     save = trainer.save_freq > 0
@@ -113,23 +195,18 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
         steps_per_generation=layout.steps_per_generation,
         num_generations=config.agent.num_chains,
         num_iterations=actor.ppo_epochs,
-        max_steps=steps * layout.steps_per_rollout if steps else -1,
+        max_steps=steps * layout.optimizer_steps_per_rollout if steps else -1,
         num_train_epochs=trainer.total_epochs,
         max_completion_length=rollout.response_length,
         temperature=max(rollout.temperature, 1e-6),
         top_p=rollout.top_p,
         top_k=max(rollout.top_k, 0),
-        beta=actor.kl_loss_coef if actor.use_kl_loss else 0.0,
-        epsilon=actor.clip_ratio_low if actor.clip_ratio_low is not None else actor.clip_ratio,
-        epsilon_high=actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio,
-        loss_type=LOSS_TYPES[actor.loss_agg_mode],
-        scale_rewards="group" if config.algorithm.norm_adv_by_std_in_grpo else "none",
-        entropy_coef=actor.entropy_coeff,
+        beta=reference_beta(config),
         gradient_checkpointing=config.actor_rollout_ref.model.enable_gradient_checkpointing,
         shuffle_dataset=config.data.shuffle,
         logging_steps=1,
         save_strategy="steps" if save else "no",
-        save_steps=trainer.save_freq * layout.steps_per_rollout if save else 500,
+        save_steps=trainer.save_freq * layout.optimizer_steps_per_rollout if save else 500,
         disable_tqdm=True,
         log_completions=False,
         remove_unused_columns=False,

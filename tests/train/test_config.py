@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agentfly_train.config import TINY_MODEL, ConfigError, TrainConfig, config_keys, load_config
-from agentfly_train.trl_args import batch_layout, grpo_config
+from agentfly_train.trl_args import batch_layout, critic_settings, grpo_config, rl_settings
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -128,6 +128,10 @@ def test_agentfly_init_args_spelling_is_accepted_on_the_command_line_and_in_yaml
         ("actor_rollout_ref.rollout.name=vllm", "vLLM"),
         ("trainer.resume_mode=resume_path", "needs trainer.resume_from_path"),
         ("actor_rollout_ref.actor.ppo_mini_batch_size=3", "multiple of"),
+        ("actor_rollout_ref.actor.loss_agg_mode=token-sum", "did you mean 'token-mean'"),
+        ("actor_rollout_ref.actor.clip_ratio_c=1.0", "must be > 1"),
+        ("algorithm.gamma=1.5", "algorithm.gamma must be in [0, 1]"),
+        ("trainer.critic_warmup=2", "only algorithm.adv_estimator=gae has one"),
     ],
 )
 def test_bad_keys_and_values_fail_naming_the_key_and_the_closest_valid_ones(override, message):
@@ -155,10 +159,62 @@ def test_the_cli_reports_config_errors_before_loading_a_model(capsys):
     assert "did you mean agent.max_turns" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["quickstart.yaml", "gsm8k_calc_grpo.yaml"])
-def test_shipped_configs_load(name):
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.use_kl_in_reward=true", "algorithm.kl_penalty=full"], "algorithm.kl_penalty='full' needs full"),
+        (["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=full"], "full logits"),
+        (["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0"], "use_kl_loss=false"),
+        (["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0"], "algorithm.kl_ctrl.kl_coef must be > 0"),
+        (
+            ["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive", "algorithm.kl_ctrl.target_kl=0"],
+            "target_kl must be > 0",
+        ),
+        (["algorithm.adv_estimator=grpo_passk", "agent.num_chains=1"], "num_chains >= 2"),
+        (["algorithm.adv_estimator=gae", "critic.optim.lr=0"], "critic.optim.lr must be > 0"),
+        (["algorithm.adv_estimator=gae", "critic.ppo_mini_batch_size=3"], "critic.ppo_mini_batch_size=3"),
+        (["algorithm.adv_estimator=gae", "critic.optim.lr_scheduler_type=cosine"], "learning rate is constant"),
+        (["algorithm.adv_estimator=gae", "actor_rollout_ref.model.dtype=float16"], "bfloat16"),
+        (
+            ["algorithm.adv_estimator=gae", "critic.model.path=agentfly:tiny", "actor_rollout_ref.model.path=Qwen/x"],
+            "vocabulary",
+        ),
+    ],
+)
+def test_unsupported_algorithm_combinations_fail_with_the_fix(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        load_config(overrides)
+    assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "estimator", ["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gae", "opo", "gpg"]
+)
+def test_every_estimator_is_accepted_with_kl_in_reward_and_kl_loss(estimator):
+    config = load_config(
+        [
+            f"algorithm.adv_estimator={estimator}",
+            "algorithm.use_kl_in_reward=true",
+            "algorithm.kl_ctrl.type=adaptive",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.kl_loss_type=k2+",
+        ]
+    )
+    assert rl_settings(config).adv_estimator == estimator
+
+
+@pytest.mark.parametrize(
+    ("name", "env", "estimator"),
+    [
+        ("quickstart.yaml", "agentfly/Arith-Calc", "grpo"),
+        ("gsm8k_calc_grpo.yaml", "agentfly/GSM8K-Calc", "grpo"),
+        ("react_search_rpp.yaml", "agentfly/HotpotQA-Search", "reinforce_plus_plus"),
+        ("code_grpo.yaml", "agentfly/Code-Tests", "grpo"),
+    ],
+)
+def test_shipped_configs_load(name, env, estimator):
     config = load_config(config_files=[CONFIGS / name])
-    assert config.algorithm.adv_estimator == "grpo"
+    assert config.agent.env == env and config.algorithm.adv_estimator == estimator
 
 
 def test_the_defaults_are_the_quickstart_config():
@@ -177,6 +233,7 @@ def test_mapping_onto_grpo_config():
             "actor_rollout_ref.actor.kl_loss_coef=0.05",
             "actor_rollout_ref.actor.clip_ratio_high=0.28",
             "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+            "actor_rollout_ref.actor.ppo_epochs=2",
             "actor_rollout_ref.rollout.response_length=300",
             "trainer.total_training_steps=5",
             "trainer.save_freq=2",
@@ -186,12 +243,36 @@ def test_mapping_onto_grpo_config():
     args = grpo_config(config, world_size=1, device="cpu")
     # 8 prompts x 4 chains = 32 episodes per rollout; mini-batch 4 prompts = 16 episodes per optimiser step.
     assert args.per_device_train_batch_size == 8 and args.gradient_accumulation_steps == 2
-    assert args.steps_per_generation == 4 and args.num_generations == 4
-    assert args.max_steps == 10 and args.save_steps == 4  # 2 optimiser steps per rollout step
-    assert args.learning_rate == 2e-6 and args.beta == 0.05
-    assert args.epsilon == 0.2 and args.epsilon_high == 0.28
-    assert args.loss_type == "grpo" and args.scale_rewards == "none"
+    assert args.steps_per_generation == 4 and args.num_generations == 4 and args.num_iterations == 2
+    assert args.max_steps == 20 and args.save_steps == 8  # 2 mini-batches x 2 PPO epochs per rollout step
+    assert args.learning_rate == 2e-6 and args.beta == 0.05  # beta != 0: TRL loads the reference model
     assert args.max_completion_length == 300 and args.use_cpu
+    rl = rl_settings(config)  # the objective is ours, not TRL's
+    assert (rl.clip_ratio_low, rl.clip_ratio_high, rl.loss_agg_mode) == (0.2, 0.28, "seq-mean-token-mean")
+    assert rl.use_kl_loss and rl.kl_loss_coef == 0.05 and not rl.norm_adv_by_std_in_grpo
+
+
+def test_reference_model_switch():
+    assert grpo_config(load_config(), world_size=1, device="cpu").beta == 0.0
+    kl_in_reward = load_config(["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.02"])
+    assert grpo_config(kl_in_reward, world_size=1, device="cpu").beta == 0.02
+
+
+def test_critic_batch_layout():
+    config = load_config(
+        [
+            "algorithm.adv_estimator=gae",
+            "data.train_batch_size=8",
+            "agent.num_chains=4",
+            "critic.ppo_mini_batch_size=4",
+            "critic.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.actor.ppo_epochs=3",
+        ]
+    )
+    settings = critic_settings(config, world_size=2)
+    assert (settings.mini_batch, settings.micro_batch, settings.epochs) == (8, 2, 3)  # 4 prompts x 4 chains / 2
+    with pytest.raises(ConfigError, match=r"critic\.ppo_micro_batch_size_per_gpu=3"):
+        critic_settings(load_config(["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=3"]), 1)
 
 
 def test_batch_layout_over_devices():

@@ -47,13 +47,33 @@ def _steps(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
+PPO_WITH_KL_IN_REWARD = (
+    "algorithm.adv_estimator=gae",
+    "algorithm.use_kl_in_reward=true",
+    "algorithm.kl_ctrl.type=adaptive",
+    "algorithm.kl_ctrl.horizon=10",
+    "critic.optim.lr=1e-3",
+)
+"""A run whose state beyond TRL's is the critic (weights, optimiser) and the adaptive KL controller."""
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "compared"),
+    [
+        ((), ()),
+        (PPO_WITH_KL_IN_REWARD, ("critic/vf_loss", "critic/values/mean", "actor/reward_kl_penalty_coeff")),
+    ],
+    ids=["grpo", "gae-kl_in_reward"],
+)
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, algorithm, compared):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    subprocess.run(_command(reference), cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        _command(reference, *algorithm), cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=300
+    )
 
     process = subprocess.Popen(
-        _command(killed), cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        _command(killed, *algorithm), cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 240
     while not (killed / "checkpoint-2" / "trainer_state.json").exists():  # step 3 is under way after this
@@ -62,18 +82,23 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     process.send_signal(signal.SIGKILL)
     process.wait()
 
-    done = subprocess.run(_command(killed), cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        _command(killed, *algorithm), cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((killed / "result.json").read_text())
     assert result["resumed_from"] is not None and Path(result["resumed_from"]).name.startswith("checkpoint-")
     assert result["steps"] == 4
     steps = [record["step"] for record in _steps(killed)]
     assert steps == [1, 2, 3, 4]  # no step lost, none logged twice
-    # Model, optimiser, RNG and data position were restored: the resumed steps are the uninterrupted run's.
+    # Model, optimiser, RNG, data position (and critic, KL controller) were restored: the resumed steps are the
+    # uninterrupted run's.
     for ours, theirs in zip(_steps(killed), _steps(reference), strict=True):
         assert ours["reward/mean"] == pytest.approx(theirs["reward/mean"])
         assert ours["episode/response_length"] == pytest.approx(theirs["episode/response_length"])
         assert ours["loss"] == pytest.approx(theirs["loss"], abs=1e-5)
+        for name in compared:
+            assert ours[name] == pytest.approx(theirs[name], rel=1e-4, abs=1e-6), name
 
 
 def test_resume_path_must_be_a_checkpoint(tmp_path):

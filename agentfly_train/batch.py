@@ -1,0 +1,98 @@
+"""Tensors of a rollout batch as the trainer and the critic use them: loss masks, outcome rewards on tokens,
+rows gathered across processes, loss denominators of an optimiser step, and masked statistics.
+
+Shapes: ``B`` episodes, ``T`` completion tokens (right-padded). A loss mask is 1 on tokens the policy sampled
+and 0 on padding and on tool/env tokens (``env_mask = 0``, TRL's ``tool_mask``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from agentfly_train.algorithms import LOSS_AGG_MODES
+
+
+def loss_mask(batch: Mapping[str, Any]) -> Tensor:
+    """(B, T) int: ``completion_mask * tool_mask`` of a TRL batch dict (``tool_mask`` is our ``env_mask``)."""
+    mask = batch["completion_mask"]
+    return mask if batch.get("tool_mask") is None else mask * batch["tool_mask"]
+
+
+def sequences(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+    """(B, P + T) ids and attention mask of each prompt (left-padded) followed by its completion (right-padded)."""
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    return input_ids, torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+
+
+def outcome_rewards(scores: Tensor, mask: Tensor) -> Tensor:
+    """Token-level rewards of episodes scored once: each score on its episode's last sampled token.
+
+    Args:
+        scores: (B,) float, one reward per episode.
+        mask: (B, T) 0/1, the loss mask.
+
+    Returns:
+        (B, T) float32 (or the scores' wider dtype), zero except one entry per row: at the last position where
+        ``mask`` is 1, or at position 0 for a row without any (so outcome estimators still count its score).
+    """
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    last = torch.where(mask.bool(), positions, -1).amax(dim=1).clamp(min=0)  # (B,)
+    rewards = torch.zeros(mask.shape, dtype=torch.promote_types(scores.dtype, torch.float32), device=mask.device)
+    return rewards.scatter_(1, last[:, None], scores.to(rewards.dtype)[:, None])
+
+
+def gather_rows(accelerator: Any, x: Tensor) -> Tensor:
+    """Every process's rows, in process order: (B, ...) per process -> (B * processes, ...).
+
+    2-D tensors are right-padded with zeros to the longest T across processes first.
+    """
+    if x.ndim == 2:
+        x = accelerator.pad_across_processes(x, dim=1, pad_index=0)
+    return accelerator.gather(x)
+
+
+def step_denominator(masks: Sequence[Tensor], mode: str, width: int, accelerator: Any) -> Tensor:
+    """The denominator that makes a sum of micro-batch losses equal the loss of the whole optimiser step.
+
+    Adds up the count that ``algorithms.agg_loss`` would divide by (valid tokens, non-empty sequences, or
+    non-empty sequences times ``width``) over the step's micro-batches on every process, then divides by the
+    number of processes, whose gradients are averaged.
+
+    Args:
+        masks: The (b, T) loss masks of this process's micro-batches in the step.
+        mode: A key of ``algorithms.LOSS_AGG_MODES``.
+        width: The padded length ``seq-mean-token-sum-norm`` divides by (the completion token budget, as in
+            verl, not the longest completion of the batch).
+        accelerator: The run's ``accelerate.Accelerator``.
+
+    Returns:
+        Scalar float32 tensor, on the masks' device.
+    """
+    aggregate = LOSS_AGG_MODES[mode]
+    count = torch.zeros((), device=masks[0].device)
+    for mask in masks:
+        padded = torch.nn.functional.pad(mask.float(), (0, width - mask.shape[1]))  # (b, width)
+        count = count + aggregate(torch.zeros_like(padded), padded)[1]
+    return accelerator.reduce(count, reduction="sum") / accelerator.num_processes
+
+
+def masked_stats(x: Tensor, mask: Tensor) -> dict[str, float]:
+    """``mean``, ``max`` and ``min`` of ``x`` over the entries where ``mask`` (same shape) is 1; zeros if none."""
+    valid = x[mask.bool()].float()
+    if valid.numel() == 0:
+        return {"mean": 0.0, "max": 0.0, "min": 0.0}
+    return {"mean": valid.mean().item(), "max": valid.max().item(), "min": valid.min().item()}
+
+
+def explained_variance(returns: Tensor, values: Tensor, mask: Tensor) -> float:
+    """1 − Var(R − V) / Var(R) over valid tokens (verl's ``vf_explained_var``): 1 for a perfect critic, 0 for
+    one that predicts the mean, negative for worse. Variances are unbiased; 0 with fewer than two tokens."""
+    valid = mask.bool()
+    if int(valid.sum()) < 2:
+        return 0.0
+    target, prediction = returns[valid].double(), values[valid].double()
+    return float(1 - (target - prediction).var() / (target.var() + 1e-5))

@@ -1,0 +1,72 @@
+"""Shared setup of the trainer tests: the small task set RL can learn, and warm-started tiny policies."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+LEARNING_TASKS = (
+    "agent.env_kwargs={level: single, num_tasks: 2}",
+    "agent.max_turns=2",
+    "agent.max_tokens_per_turn=32",
+    "actor_rollout_ref.rollout.response_length=128",
+    "data.val_size=0",
+)
+"""Two fixed one-step multiplications (a calculator call, then the answer): small enough to memorise."""
+WARM_START_STEPS = 60
+"""SFT steps (lr 3e-3) on the tasks' golden episodes that give the tiny model the tool-call format: sampling at
+temperature 1 then solves about four episodes in ten (the failures are calculator calls with a wrong operand)."""
+
+
+def _warm_start(steps: int, directory: Path) -> Path:
+    import gymnasium as gym
+
+    from agentfly_train.config import load_config
+    from agentfly_train.models import load_policy
+    from agentfly_train.sft import golden_token_rows, warm_start
+    from agentfly_train.train import env_kwargs, make_codec, train_rows
+
+    config = load_config([*LEARNING_TASKS, f"sft.steps={steps}", "sft.lr=3e-3"])
+    env = gym.make(config.agent.env, **env_kwargs(config))
+    rows = train_rows(config, env)
+    model, tokenizer = load_policy(config)
+    codec = make_codec(config, tokenizer, env, rows[0])
+    with tempfile.TemporaryDirectory() as scratch:
+        warm_start(
+            model,
+            tokenizer,
+            golden_token_rows(env, codec, rows),
+            steps=config.sft.steps,
+            lr=config.sft.lr,
+            batch_size=config.sft.batch_size,
+            output_dir=scratch,
+            use_cpu=True,
+            seed=config.trainer.seed,
+        )
+    env.close()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def warm_policies(tmp_path_factory) -> Callable[[int], Path]:
+    """``steps -> directory`` of the tiny policy warm-started for ``steps`` SFT steps on :data:`LEARNING_TASKS`
+    (built once per session and step count), for ``actor_rollout_ref.model.path``."""
+    built: dict[int, Path] = {}
+
+    def policy(steps: int) -> Path:
+        if steps not in built:
+            built[steps] = _warm_start(steps, tmp_path_factory.mktemp(f"warm_policy_{steps}"))
+        return built[steps]
+
+    return policy
+
+
+@pytest.fixture(scope="session")
+def warm_policy(warm_policies) -> Path:
+    """The tiny policy after :data:`WARM_START_STEPS` SFT steps on :data:`LEARNING_TASKS`."""
+    return warm_policies(WARM_START_STEPS)

@@ -1,0 +1,76 @@
+"""Batch tensors: outcome rewards on tokens, loss denominators of a step, masked statistics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from agentfly_train.algorithms import agg_loss
+from agentfly_train.batch import (
+    explained_variance,
+    gather_rows,
+    loss_mask,
+    masked_stats,
+    outcome_rewards,
+    step_denominator,
+)
+
+# Two episodes: sampled turn, tool output (env_mask 0), sampled turn, padding; and one that is all sampled.
+COMPLETION_MASK = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])
+TOOL_MASK = torch.tensor([[1, 1, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1]])
+
+
+@pytest.fixture(scope="module")
+def accelerator():
+    return Accelerator(cpu=True)
+
+
+def test_loss_mask_drops_tool_tokens_and_padding():
+    mask = loss_mask({"completion_mask": COMPLETION_MASK, "tool_mask": TOOL_MASK})
+    assert mask.tolist() == [[1, 1, 0, 0, 1, 0], [1, 1, 1, 1, 1, 1]]
+    assert loss_mask({"completion_mask": COMPLETION_MASK}).tolist() == COMPLETION_MASK.tolist()
+
+
+def test_outcome_reward_sits_on_the_last_sampled_token():
+    mask = torch.tensor([[1, 1, 0, 0, 1, 0], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]])
+    rewards = outcome_rewards(torch.tensor([0.5, -1.0, 2.0]), mask)
+    assert rewards.dtype == torch.float32
+    assert rewards.tolist() == [[0, 0, 0, 0, 0.5, 0], [0, 0, 0, 0, 0, -1.0], [2.0, 0, 0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_micro_batch_losses_with_the_step_denominator_add_up_to_the_whole_batch_loss(mode, accelerator):
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 0, 1], [1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    loss_mat = torch.randn(4, 4)
+    width = 4  # the batch is padded to the completion budget here, so the norm mode's T is the same
+    denominator = step_denominator([mask[:2], mask[2:]], mode, width, accelerator)
+    parts = [agg_loss(loss_mat[rows], mask[rows], mode, denominator=denominator) for rows in (slice(0, 2), slice(2, 4))]
+    assert sum(parts).item() == pytest.approx(agg_loss(loss_mat, mask, mode).item(), abs=1e-6)
+
+
+def test_norm_mode_divides_by_the_completion_budget_not_the_batch_width(accelerator):
+    mask = torch.tensor([[1, 1], [1, 0]])
+    assert step_denominator([mask], "seq-mean-token-sum-norm", 10, accelerator).item() == 20  # 2 sequences x 10
+
+
+def test_gather_rows_on_one_process_is_the_identity(accelerator):
+    x = torch.arange(6.0).view(2, 3)
+    assert torch.equal(gather_rows(accelerator, x), x)
+
+
+def test_masked_statistics_ignore_masked_entries():
+    x = torch.tensor([[1.0, 100.0, -3.0], [2.0, -100.0, 0.0]])
+    mask = torch.tensor([[1, 0, 1], [1, 0, 0]])
+    assert masked_stats(x, mask) == {"mean": 0.0, "max": 2.0, "min": -3.0}
+    assert masked_stats(x, torch.zeros_like(mask)) == {"mean": 0.0, "max": 0.0, "min": 0.0}
+
+
+def test_explained_variance():
+    returns = torch.tensor([[1.0, 2.0, 3.0, 99.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert explained_variance(returns, returns.clone(), mask) == pytest.approx(1.0, abs=1e-4)
+    assert explained_variance(returns, torch.full_like(returns, 2.0), mask) == pytest.approx(0.0, abs=1e-4)
+    assert explained_variance(returns, -returns, mask) < 0
+    assert explained_variance(returns, returns, torch.tensor([[1, 0, 0, 0]])) == 0.0

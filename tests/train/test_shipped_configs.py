@@ -1,0 +1,51 @@
+"""The seed example configs run end to end through the CLI, on the tiny model and the sample data in data/."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from agentfly_train.callbacks import MetricsFile
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+TINY_RUN = (
+    "actor_rollout_ref.model.path=agentfly:tiny",
+    "actor_rollout_ref.model.tiny_hidden_size=32",
+    "trainer.total_training_steps=2",
+    "trainer.logger=[console]",
+    "trainer.n_gpus_per_node=0",
+    "data.train_batch_size=2",
+    "data.val_size=0",
+    "agent.num_chains=2",
+    "agent.max_tokens_per_turn=16",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=null",
+    "actor_rollout_ref.rollout.response_length=128",
+    "sft.enable=false",
+)
+"""What shrinks a seed example to two CPU steps of the tiny model."""
+
+
+@pytest.mark.parametrize("name", ["react_search_rpp.yaml", "code_grpo.yaml"])
+def test_seed_config_trains_two_steps(name, tmp_path):
+    # The CLI imports this checkout's packages, whatever copy of them is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", f"configs/{name}", *TINY_RUN]
+    done = subprocess.run(
+        [*command, f"trainer.default_local_dir={tmp_path}"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = MetricsFile(tmp_path / "metrics.jsonl").read()
+    assert [record["step"] for record in records] == [1, 2]
+    assert all(math.isfinite(record["loss"]) for record in records)

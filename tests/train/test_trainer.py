@@ -1,0 +1,160 @@
+"""``AgentGRPOTrainer`` on real multi-turn batches of the warm-started tiny policy: advantages, losses, masks.
+
+Each test builds the trainer a run would build (``train.make_trainer``) and lets TRL generate and score one
+rollout batch (``_prepare_inputs``); nothing of TRL, transformers or the tokenizer is replaced.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+from transformers import set_seed
+from trl import GRPOTrainer
+
+from agentfly_train.batch import loss_mask
+from agentfly_train.config import load_config
+from agentfly_train.models import load_policy
+from agentfly_train.train import env_kwargs, make_codec, make_trainer, train_rows
+from agentfly_train.trl_args import grpo_config
+from tests.train.conftest import LEARNING_TASKS
+
+pytestmark = pytest.mark.slow
+
+
+def _trainer(warm_policy, tmp_path, *overrides: str):
+    """The run's trainer on the warm policy: 2 prompts x 4 rollouts, one optimiser step per rollout batch."""
+    config = load_config(
+        [
+            *LEARNING_TASKS,
+            f"actor_rollout_ref.model.path={warm_policy}",
+            "sft.enable=false",
+            "agent.num_chains=4",
+            "data.train_batch_size=2",
+            f"trainer.default_local_dir={tmp_path}",
+            *overrides,
+        ]
+    )
+    set_seed(0)
+    env = gym.make(config.agent.env, **env_kwargs(config))
+    rows = train_rows(config, env)
+    model, tokenizer = load_policy(config)
+    codec = make_codec(config, tokenizer, env, rows[0])
+    trainer = make_trainer(config, grpo_config(config, 1, "cpu"), model, tokenizer, codec, rows, [], 1)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which these tests do not run
+    return trainer
+
+
+def _generation_batch(trainer) -> list[dict]:
+    """The dataset rows of a rollout step: each prompt ``num_generations`` times in a row, as TRL's sampler does."""
+    dataset = trainer.train_dataset
+    return [dataset[i] for i in range(len(dataset)) for _ in range(trainer.num_generations)]
+
+
+def _rollout_batch(trainer) -> dict:
+    """TRL's first micro-batch of a rollout step (generated, scored, shuffled and buffered by TRL)."""
+    return trainer._prepare_inputs(_generation_batch(trainer))
+
+
+def _shut_down(trainer) -> None:
+    trainer.agent.executor.shutdown()
+    trainer.agent.pool.close()
+
+
+def test_grpo_advantages_are_trls_on_sampled_tokens_and_zero_on_tool_tokens(warm_policy, tmp_path):
+    trainer = _trainer(warm_policy, tmp_path)
+    inputs = trainer._generate_and_score_completions(_generation_batch(trainer))  # before TRL shuffles the rows
+    mask = loss_mask(inputs)
+    assert (inputs["tool_mask"][inputs["completion_mask"].bool()] == 0).any(), "no tool turn in the batch"
+    trl_advantages = torch.tensor(trainer._logs["advantages"])  # TRL's group-normalised (B,) advantages
+    assert trl_advantages.abs().max() > 0.1, "every group had equal rewards"
+    ours = inputs["advantages"]  # (B, T)
+    assert ours.shape == mask.shape and torch.all(ours[mask == 0] == 0)
+    # equal on every sampled token, up to the std's epsilon (verl's 1e-6 here, TRL's 1e-4)
+    expected = trl_advantages[:, None].expand_as(ours)
+    torch.testing.assert_close(ours[mask == 1], expected[mask == 1], rtol=1e-3, atol=1e-4)
+    _shut_down(trainer)
+
+
+def test_loss_and_gradient_equal_trls_for_the_default_grpo_objective(warm_policy, tmp_path):
+    trainer = _trainer(warm_policy, tmp_path)
+    inputs = _rollout_batch(trainer)
+    generator = torch.Generator().manual_seed(0)
+    logps = trainer._policy_logps(inputs)
+    # an off-policy ratio in [0.74, 1.35], so the clip is active on some tokens
+    inputs["old_per_token_logps"] = logps + 0.3 * (2 * torch.rand(logps.shape, generator=generator) - 1)
+    results = []
+    for loss_of in (GRPOTrainer._compute_loss, type(trainer)._compute_loss):
+        trainer.model.zero_grad()
+        loss = loss_of(trainer, trainer.model, inputs)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]))
+    (trl_loss, trl_grads), (our_loss, our_grads) = results
+    assert trainer._metrics["train"]["actor/pg_clipfrac"][-1] > 0
+    torch.testing.assert_close(our_loss, trl_loss, rtol=1e-5, atol=1e-7)
+    assert len(our_grads) == len(trl_grads)
+    for ours, theirs in zip(our_grads, trl_grads, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-7)
+    _shut_down(trainer)
+
+
+ENTROPY = "actor_rollout_ref.actor.entropy_coeff=1"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive"),
+        ("algorithm.adv_estimator=remax", "actor_rollout_ref.actor.use_kl_loss=true"),
+        ("algorithm.adv_estimator=reinforce_plus_plus", "algorithm.gamma=0.9", ENTROPY),
+    ],
+    ids=["gae-kl_in_reward", "remax-kl_loss", "rpp-entropy"],
+)
+def test_tool_tokens_and_padding_get_no_advantage_kl_or_loss(warm_policy, tmp_path, overrides):
+    trainer = _trainer(warm_policy, tmp_path, *overrides, "actor_rollout_ref.actor.kl_loss_type=k2")
+    inputs = _rollout_batch(trainer)
+    mask = loss_mask(inputs)
+    assert (inputs["tool_mask"][inputs["completion_mask"].bool()] == 0).any(), "no tool turn in the batch"
+    assert torch.all(inputs["advantages"][mask == 0] == 0) and inputs["advantages"][mask == 1].abs().max() > 0
+    losses = []
+    for garbage in (0.0, 5.0):
+        perturbed = dict(inputs)
+        for key in ("advantages", "old_per_token_logps", "ref_per_token_logps"):
+            if key in perturbed:
+                perturbed[key] = torch.where(mask.bool(), perturbed[key], torch.full_like(perturbed[key], garbage))
+        losses.append(trainer._compute_loss(trainer.model, perturbed).item())
+    assert losses[0] == pytest.approx(losses[1], abs=1e-6)
+    _shut_down(trainer)
+
+
+def test_kl_in_reward_updates_the_controller_with_the_batch_kl(warm_policy, tmp_path):
+    trainer = _trainer(
+        warm_policy,
+        tmp_path,
+        "algorithm.use_kl_in_reward=true",
+        "algorithm.kl_ctrl.type=adaptive",
+        "algorithm.kl_ctrl.kl_coef=0.01",
+        "algorithm.kl_ctrl.horizon=100",
+    )
+    _rollout_batch(trainer)
+    metrics = trainer._metrics["train"]
+    # the reference is the starting policy: KL ~ 0, so the error clips to -20 % over 8 of 100 horizon episodes
+    assert metrics["actor/reward_kl_penalty"][-1] == pytest.approx(0.0, abs=1e-5)
+    assert metrics["actor/reward_kl_penalty_coeff"][-1] == 0.01
+    assert trainer.kl_ctrl.value == pytest.approx(0.01 * (1 - 0.2 * 8 / 100))
+    _shut_down(trainer)
+
+
+def test_gae_trains_the_critic_and_the_warmup_keeps_the_policy_still(warm_policy, tmp_path):
+    trainer = _trainer(warm_policy, tmp_path, "algorithm.adv_estimator=gae", "trainer.critic_warmup=1")
+    critic_before = [p.detach().clone() for p in trainer.critic.model.parameters()]
+    inputs = _rollout_batch(trainer)
+    metrics = trainer._metrics["train"]
+    assert {"critic/vf_loss", "critic/vf_explained_var", "critic/values/mean", "critic/returns/mean"} <= set(metrics)
+    assert any(not torch.equal(a, b) for a, b in zip(critic_before, trainer.critic.model.parameters(), strict=True))
+    loss = trainer._compute_loss(trainer.model, inputs)
+    assert loss.item() == 0.0 and loss.grad_fn is None  # step 1 of 1 warm-up step: no policy gradient
+    trainer.state.global_step = 1
+    assert trainer._compute_loss(trainer.model, inputs).grad_fn is not None
+    _shut_down(trainer)
