@@ -194,6 +194,12 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     train_kwargs, val_kwargs = env_kwargs(config), env_kwargs(config, validation=True)
     train_env, val_env = gym.make(config.agent.env, **train_kwargs), gym.make(config.agent.env, **val_kwargs)
     train_tasks, val_tasks = train_rows(config, train_env), val_rows(config, val_env)
+    if len(train_tasks) < config.data.train_batch_size:
+        # TRL's sampler would yield no full batch and Trainer.train() would stop at step 0 without a word.
+        raise ConfigError(
+            f"data.train_batch_size={config.data.train_batch_size} prompts per step, but there are only "
+            f"{len(train_tasks)} training rows: lower data.train_batch_size or give more rows"
+        )
     model, tokenizer = load_policy(config)
     codec = make_codec(config, tokenizer, train_env, train_tasks[0])
     result = RunResult(run_dir=str(run_dir))

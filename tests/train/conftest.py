@@ -8,20 +8,27 @@ from pathlib import Path
 
 import pytest
 
-LEARNING_TASKS = (
-    "agent.env_kwargs={level: single, num_tasks: 2}",
-    "agent.max_turns=2",
-    "agent.max_tokens_per_turn=32",
-    "actor_rollout_ref.rollout.response_length=128",
-    "data.val_size=0",
-)
-"""Two fixed one-step multiplications (a calculator call, then the answer): small enough to memorise."""
+
+def learning_tasks(num_tasks: int = 2) -> tuple[str, ...]:
+    """Overrides for a task set RL can learn: ``num_tasks`` fixed one-step multiplications (a calculator call,
+    then the answer), small enough to memorise."""
+    return (
+        f"agent.env_kwargs={{level: single, num_tasks: {num_tasks}}}",
+        "agent.max_turns=2",
+        "agent.max_tokens_per_turn=32",
+        "actor_rollout_ref.rollout.response_length=128",
+        "data.val_size=0",
+    )
+
+
+LEARNING_TASKS = learning_tasks()
+"""The two-task set of :func:`learning_tasks`."""
 WARM_START_STEPS = 60
 """SFT steps (lr 3e-3) on the tasks' golden episodes that give the tiny model the tool-call format: sampling at
 temperature 1 then solves about four episodes in ten (the failures are calculator calls with a wrong operand)."""
 
 
-def _warm_start(steps: int, directory: Path) -> Path:
+def _warm_start(steps: int, num_tasks: int, directory: Path) -> Path:
     import gymnasium as gym
 
     from agentfly_train.config import load_config
@@ -29,7 +36,7 @@ def _warm_start(steps: int, directory: Path) -> Path:
     from agentfly_train.sft import golden_token_rows, warm_start
     from agentfly_train.train import env_kwargs, make_codec, train_rows
 
-    config = load_config([*LEARNING_TASKS, f"sft.steps={steps}", "sft.lr=3e-3"])
+    config = load_config([*learning_tasks(num_tasks), f"sft.steps={steps}", "sft.lr=3e-3"])
     env = gym.make(config.agent.env, **env_kwargs(config))
     rows = train_rows(config, env)
     model, tokenizer = load_policy(config)
@@ -53,15 +60,16 @@ def _warm_start(steps: int, directory: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def warm_policies(tmp_path_factory) -> Callable[[int], Path]:
-    """``steps -> directory`` of the tiny policy warm-started for ``steps`` SFT steps on :data:`LEARNING_TASKS`
-    (built once per session and step count), for ``actor_rollout_ref.model.path``."""
-    built: dict[int, Path] = {}
+def warm_policies(tmp_path_factory) -> Callable[..., Path]:
+    """``(steps, num_tasks=2) -> directory`` of the tiny policy warm-started for ``steps`` SFT steps on
+    :func:`learning_tasks` (built once per session and arguments), for ``actor_rollout_ref.model.path``."""
+    built: dict[tuple[int, int], Path] = {}
 
-    def policy(steps: int) -> Path:
-        if steps not in built:
-            built[steps] = _warm_start(steps, tmp_path_factory.mktemp(f"warm_policy_{steps}"))
-        return built[steps]
+    def policy(steps: int, num_tasks: int = 2) -> Path:
+        if (steps, num_tasks) not in built:
+            directory = tmp_path_factory.mktemp(f"warm_policy_{steps}_{num_tasks}")
+            built[steps, num_tasks] = _warm_start(steps, num_tasks, directory)
+        return built[steps, num_tasks]
 
     return policy
 

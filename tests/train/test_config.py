@@ -284,3 +284,19 @@ def test_batch_layout_over_devices():
     assert layout.micro_batch * layout.grad_accum * 4 == 64
     with pytest.raises(ConfigError, match="do not split"):
         batch_layout(load_config(["data.train_batch_size=1", "agent.num_chains=3"]), world_size=2)
+
+
+def test_a_batch_larger_than_the_training_set_fails_before_any_training(tmp_path):
+    from agentfly_train.train import run
+
+    config = load_config(
+        [
+            "agent.env_kwargs={level: single, num_tasks: 2}",
+            "data.train_batch_size=4",
+            f"trainer.default_local_dir={tmp_path}",
+        ]
+    )
+    with pytest.raises(
+        ConfigError, match=r"data.train_batch_size=4 prompts per step, but there are only 2 training rows"
+    ):
+        run(config, show_progress=False)
