@@ -4,7 +4,7 @@ Both sides use the same tiny model (warm-started on golden demonstrations so it 
 tasks, batch, sampling and token budgets, and are timed through the same TRL entry point,
 ``_generate_and_score_completions`` (rollout, rewards, advantages), alternating repeats in one run.
 
-    python benchmarks/rollout_throughput.py --episodes 32 --repeats 3 --json benchmarks/results/rollout_throughput.json
+    python benchmarks/rollout_throughput.py --episodes 64 --repeats 5 --json benchmarks/results/rollout_throughput.json
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ def main() -> None:
                 output_dir=f"{scratch}/{name}", per_device_train_batch_size=args.episodes,
                 num_generations=args.chains, max_completion_length=args.response_length, temperature=1.0,
                 gradient_checkpointing=False, report_to=[], use_cpu=True, save_strategy="no", seed=0,
+                bf16=False,  # as agentfly_train runs a float32 model on CPU (GRPOConfig's default is True)
                 max_tool_calling_iterations=args.max_turns - 1, disable_tqdm=True,
             )  # fmt: skip
 
@@ -101,14 +102,18 @@ def main() -> None:
                         "seconds": seconds,
                         "tokens_per_s": float(mask.sum()) / seconds,
                         "episodes_per_s": len(batch) / seconds,
+                        "tokens_per_episode": float(mask.sum()) / len(batch),
                     }
                 )
     summary = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in figures.items()}
     summary["ratio"] = {k: summary["agentfly"][k] / summary["trl"][k] for k in ("tokens_per_s", "episodes_per_s")}
-    print(f"{'':10} {'s/batch':>9} {'gen tok/s':>10} {'episodes/s':>11}")
+    print(f"{'':10} {'s/batch':>9} {'gen tok/s':>10} {'episodes/s':>11} {'tok/episode':>12}")
     for name in ("agentfly", "trl"):
         row = summary[name]
-        print(f"{name:10} {row['seconds']:9.2f} {row['tokens_per_s']:10.1f} {row['episodes_per_s']:11.2f}")
+        print(
+            f"{name:10} {row['seconds']:9.2f} {row['tokens_per_s']:10.1f} {row['episodes_per_s']:11.2f}"
+            f" {row['tokens_per_episode']:12.1f}"
+        )
     ratio = summary["ratio"]
     print(f"ratio agentfly/trl: tokens/s {ratio['tokens_per_s']:.2f}x, episodes/s {ratio['episodes_per_s']:.2f}x")
     if args.json:
