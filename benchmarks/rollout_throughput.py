@@ -28,6 +28,9 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=60, help="warm-start steps so the model calls tools")
     parser.add_argument("--response-length", type=int, default=256)
     parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument(
+        "--greedy", action="store_true", help="greedy decoding: both loops then sample the same episodes"
+    )
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
 
@@ -64,6 +67,7 @@ def main() -> None:
             return GRPOConfig(
                 output_dir=f"{scratch}/{name}", per_device_train_batch_size=args.episodes,
                 num_generations=args.chains, max_completion_length=args.response_length, temperature=1.0,
+                generation_kwargs={"do_sample": False} if args.greedy else None,
                 gradient_checkpointing=False, report_to=[], use_cpu=True, save_strategy="no", seed=0,
                 bf16=False,  # as agentfly_train runs a float32 model on CPU (GRPOConfig's default is True)
                 max_tool_calling_iterations=args.max_turns - 1, disable_tqdm=True,
@@ -77,7 +81,8 @@ def main() -> None:
             agent=AgentRollout(
                 pool=EnvPool("agentfly/Arith-Calc", env_kwargs), codec=codec,
                 budgets=RolloutBudgets(args.max_turns, args.response_length, args.response_length),
-                train_params=SamplingParams(1.0), val_params=SamplingParams(0.0), executor=ThreadPoolExecutor(8),
+                train_params=SamplingParams(0.0 if args.greedy else 1.0), val_params=SamplingParams(0.0),
+                executor=ThreadPoolExecutor(8),
             ),
             model=model, args=grpo_args("ours"), train_dataset=trl_dataset(tasks, prompts), processing_class=tokenizer,
         )  # fmt: skip
