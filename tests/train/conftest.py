@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import REPO_ROOT
 
 
 def learning_tasks(num_tasks: int = 2) -> tuple[str, ...]:
@@ -26,6 +30,21 @@ LEARNING_TASKS = learning_tasks()
 WARM_START_STEPS = 60
 """SFT steps (lr 3e-3) on the tasks' golden episodes that give the tiny model the tool-call format: sampling at
 temperature 1 then solves about four episodes in ten (the failures are calculator calls with a wrong operand)."""
+
+
+def run_cli(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Runs a command line from the repository root with this checkout's packages first on ``PYTHONPATH``
+    (whatever copy of them is installed), capturing its text output; a failure is returned, not raised."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _warm_start(steps: int, num_tasks: int, directory: Path) -> Path:

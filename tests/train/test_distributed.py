@@ -7,13 +7,12 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from tests.conftest import REPO_ROOT
+from tests.train.conftest import run_cli
 from tests.train.test_resume import PPO_WITH_KL_IN_REWARD, SMALL_RUN
 
 pytestmark = pytest.mark.slow
@@ -22,18 +21,9 @@ pytestmark = pytest.mark.slow
 def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path):
     launcher = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which("accelerate")
     assert launcher, "accelerate's launcher is part of the train extra"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     overrides = [*SMALL_RUN, *PPO_WITH_KL_IN_REWARD, "actor_rollout_ref.actor.use_kl_loss=true"]
     command = [launcher, "launch", "--cpu", "--num_processes", "2", "-m", "agentfly_train", "--no-progress"]
-    done = subprocess.run(
-        [*command, *overrides, f"trainer.default_local_dir={tmp_path}"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_cli([*command, *overrides, f"trainer.default_local_dir={tmp_path}"])
     assert done.returncode == 0, done.stderr[-3000:]
     records = MetricsFile(tmp_path / "metrics.jsonl").read()
     assert [record["step"] for record in records] == [1, 2, 3, 4]

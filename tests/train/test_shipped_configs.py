@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 import sys
 
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from tests.conftest import REPO_ROOT
+from tests.train.conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -33,18 +31,8 @@ TINY_RUN = (
 
 @pytest.mark.parametrize("name", ["react_search_rpp.yaml", "code_grpo.yaml"])
 def test_seed_config_trains_two_steps(name, tmp_path):
-    # The CLI imports this checkout's packages, whatever copy of them is installed.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", f"configs/{name}", *TINY_RUN]
-    done = subprocess.run(
-        [*command, f"trainer.default_local_dir={tmp_path}"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_cli([*command, f"trainer.default_local_dir={tmp_path}"])
     assert done.returncode == 0, done.stderr[-3000:]
     records = MetricsFile(tmp_path / "metrics.jsonl").read()
     assert [record["step"] for record in records] == [1, 2]
