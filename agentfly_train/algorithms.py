@@ -666,8 +666,7 @@ def apply_kl_penalty(
 ) -> tuple[Tensor, dict[str, float]]:
     """Rewards with the KL penalty: r_t = score_t − β KL_t on valid tokens, then the controller update.
 
-    β is the controller's value before this batch; the controller is then updated with the batch's mean
-    per-sequence KL (each sequence's mean over its valid tokens; empty sequences count as 0) and n_steps = B.
+    :func:`subtract_kl` of ``kl_penalty(old_log_probs, ref_log_probs, kind)``.
 
     Args:
         token_level_scores: (B, T) float, task rewards per token.
@@ -683,6 +682,28 @@ def apply_kl_penalty(
     """
     kl = kl_penalty(old_log_probs, ref_log_probs, kind)
     _check_shape(f"the {kind!r} KL", kl, token_level_scores.shape)
+    return subtract_kl(token_level_scores, kl, response_mask, kl_ctrl)
+
+
+@torch.no_grad()
+def subtract_kl(
+    token_level_scores: Tensor, kl: Tensor, response_mask: Tensor, kl_ctrl: KLController
+) -> tuple[Tensor, dict[str, float]]:
+    """r_t = score_t − β KL_t on valid tokens, then the controller update, from per-token KL values.
+
+    β is the controller's value before this batch; the controller is then updated with the batch's mean
+    per-sequence KL (each sequence's mean over its valid tokens; empty sequences count as 0) and n_steps = B.
+
+    Args:
+        token_level_scores: (B, T) float, task rewards per token.
+        kl: (B, T) float, KL(π_old ‖ π_ref) per token in nats (any estimate; finite on masked tokens).
+        response_mask: (B, T) bool or 0/1, 1 = sampled token.
+        kl_ctrl: The controller; updated in place.
+
+    Returns:
+        (token_level_rewards (B, T), {"kl": mean per-sequence KL in nats per token, "kl_coef": β used}).
+    """
+    _check_shape("kl", kl, token_level_scores.shape)
     mask = _float_mask(response_mask, kl)
     kl = kl * mask  # (B, T)
     beta = kl_ctrl.value

@@ -100,7 +100,9 @@ class AlgorithmConfig:
         norm_adv_by_std_in_grpo: Divide GRPO advantages by the group's std (``false``: Dr. GRPO).
         use_kl_in_reward: Subtract β · KL(π_old ‖ π_ref) from every sampled token's reward (verl's
             ``use_kl_in_reward``; loads the reference model).
-        kl_penalty: The KL estimator in the reward: ``kl`` (k1), ``abs``, ``mse`` (k2), ``low_var_kl`` (k3).
+        kl_penalty: The KL estimator in the reward: ``kl`` (k1), ``abs``, ``mse`` (k2), ``low_var_kl`` (k3), or
+            ``full`` (exact over the vocabulary; the policy and the reference each run one more forward pass per
+            rollout batch, ``per_device_train_batch_size`` rows of (rows, T, V) logits at a time).
         kl_ctrl: β and how it moves.
     """
 
@@ -192,7 +194,9 @@ class ActorConfig:
         use_kl_loss: Add a KL(π ‖ π_ref) term to the loss (loads the reference model).
         kl_loss_coef: Its coefficient (> 0).
         kl_loss_type: Its estimator: ``kl`` (k1), ``abs``, ``mse`` (k2), ``low_var_kl`` (k3); a ``+`` suffix
-            keeps the value with k2's (unbiased) gradient.
+            keeps the value with k2's (unbiased) gradient. ``full``: the exact KL over the vocabulary, from the
+            whole (micro-batch, T, V) logits of the policy and the reference (TRL's fused LM head, which never
+            forms them, is bypassed), so it costs at least three such float32 tensors of memory per micro-batch.
         entropy_coeff: Entropy bonus coefficient (subtracted from the loss).
         clip_ratio: PPO clip range ε (both sides unless the next two are set).
         clip_ratio_low: Lower clip range: the ratio is clipped below at 1 − clip_ratio_low.
@@ -581,22 +585,16 @@ def _validate_algorithm(config: TrainConfig) -> None:
             raise ConfigError(f"{key} must be in [0, 1], got {value}")
     if actor.clip_ratio_c <= 1:
         raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c (dual clip) must be > 1, got {actor.clip_ratio_c}")
-    full_kl = "needs full logits, but the trainer computes log-probs of the sampled tokens only; use k1, k2 or k3"
     if algorithm.use_kl_in_reward:
-        if algorithm.kl_penalty.startswith("full"):
-            raise ConfigError(f"algorithm.kl_penalty={algorithm.kl_penalty!r} {full_kl}")
         _check_positive("algorithm.kl_ctrl.kl_coef", algorithm.kl_ctrl.kl_coef)
         if algorithm.kl_ctrl.type == "adaptive":
             _check_positive("algorithm.kl_ctrl.target_kl", algorithm.kl_ctrl.target_kl)
             _check_positive("algorithm.kl_ctrl.horizon", algorithm.kl_ctrl.horizon)
-    if actor.use_kl_loss:
-        if actor.kl_loss_type.startswith("full"):
-            raise ConfigError(f"actor_rollout_ref.actor.kl_loss_type={actor.kl_loss_type!r} {full_kl}")
-        if actor.kl_loss_coef <= 0:
-            raise ConfigError(
-                f"actor_rollout_ref.actor.kl_loss_coef={actor.kl_loss_coef} with use_kl_loss=true; "
-                "set use_kl_loss=false to train without the KL loss"
-            )
+    if actor.use_kl_loss and actor.kl_loss_coef <= 0:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.kl_loss_coef={actor.kl_loss_coef} with use_kl_loss=true; "
+            "set use_kl_loss=false to train without the KL loss"
+        )
     if algorithm.adv_estimator == "grpo_passk" and config.agent.num_chains < 2:
         raise ConfigError("algorithm.adv_estimator=grpo_passk compares a prompt's responses: set agent.num_chains >= 2")
     if config.trainer.critic_warmup < 0:

@@ -14,6 +14,8 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
   updated on the returns afterwards. Tool tokens (``env_mask = 0``) and padding get 0.
 - ``_compute_loss``: the PPO clipped (dual-clip) policy loss, minus the entropy bonus, plus the KL loss, each
   aggregated with ``loss_agg_mode`` so that the micro-batches of an optimiser step add up to the step's loss.
+  The exact (``full``) KL needs whole (b, T, V) logits, which TRL's fused LM head never forms: with it, the
+  policy and the reference run their own forward (:meth:`AgentGRPOTrainer._completion_logits`).
 - ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the KL controller's state and the critic (weights
   and optimiser) go into, and come back from, the ``checkpoint-N`` directory TRL writes.
 
@@ -42,10 +44,11 @@ from trl import GRPOTrainer
 from agentfly_train.algorithms import (
     KLController,
     agg_loss,
-    apply_kl_penalty,
     compute_advantage,
+    full_kl,
     kl_penalty,
     policy_loss,
+    subtract_kl,
 )
 from agentfly_train.batch import (
     explained_variance,
@@ -379,18 +382,15 @@ class AgentGRPOTrainer(GRPOTrainer):
         rewards = outcome_rewards(self._gathered(self._batch_rewards), all_mask)
         if not self.rl.use_kl_in_reward:
             return rewards, {}
-        if "old_per_token_logps" not in output:  # TRL skips them when the ratio is 1; the KL needs them
-            output["old_per_token_logps"] = self._policy_logps(output)
+        if self.rl.kl_penalty == "full":
+            kl = self._full_kl(output)
+        else:
+            if "old_per_token_logps" not in output:  # TRL skips them when the ratio is 1; the KL needs them
+                output["old_per_token_logps"] = self._policy_logps(output)
+            kl = kl_penalty(output["old_per_token_logps"], output["ref_per_token_logps"], self.rl.kl_penalty)
         controller = self.kl_ctrl if mode == "train" else copy.deepcopy(self.kl_ctrl)
-        rewards, kl = apply_kl_penalty(
-            rewards,
-            gather_rows(self.accelerator, output["old_per_token_logps"]),
-            gather_rows(self.accelerator, output["ref_per_token_logps"]),
-            all_mask,
-            controller,
-            self.rl.kl_penalty,
-        )
-        return rewards, {"actor/reward_kl_penalty": kl["kl"], "actor/reward_kl_penalty_coeff": kl["kl_coef"]}
+        rewards, stats = subtract_kl(rewards, gather_rows(self.accelerator, kl), all_mask, controller)
+        return rewards, {"actor/reward_kl_penalty": stats["kl"], "actor/reward_kl_penalty_coeff": stats["kl_coef"]}
 
     def _gathered(self, per_row: Sequence[float]) -> Tensor:
         """(B * processes,) float32: a per-row list of this process, gathered from all processes."""
@@ -412,6 +412,62 @@ class AgentGRPOTrainer(GRPOTrainer):
             )
         return logps
 
+    @torch.no_grad()
+    def _full_kl(self, output: Mapping[str, Any]) -> Tensor:
+        """(B, T) exact KL(π ‖ π_ref) at each completion position of this process's rows, in chunks of
+        ``per_device_train_batch_size`` rows (two (b, T, V) logits tensors at a time)."""
+        from trl.models.utils import disable_gradient_checkpointing
+
+        input_ids, attention_mask = sequences(output)
+        length, size = output["completion_ids"].shape[1], self.args.per_device_train_batch_size
+        kl = []
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            for rows in (slice(start, start + size) for start in range(0, input_ids.shape[0], size)):
+                logits, _ = self._completion_logits(self.model, input_ids[rows], attention_mask[rows], length)
+                with self._reference_model() as reference:
+                    ref_logits, _ = self._completion_logits(reference, input_ids[rows], attention_mask[rows], length)
+                kl.append(full_kl(logits, ref_logits))
+        return torch.cat(kl)
+
+    def _completion_logits(
+        self, model: Any, input_ids: Tensor, attention_mask: Tensor, logits_to_keep: int, aux_loss: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """The logits TRL's fused LM head scores the completion with, materialised, through the model's own forward.
+
+        Args:
+            model: The policy (wrapped or not) or the reference model.
+            input_ids: (b, L) prompt and completion ids.
+            attention_mask: (b, L).
+            logits_to_keep: T, the completion length (the last T positions of ``input_ids``).
+            aux_loss: Also return an MoE model's load-balancing loss.
+
+        Returns:
+            ((b, T, V) logits predicting the completion tokens divided by the sampling temperature, the aux loss
+            or ``None``).
+        """
+        extra = {"output_router_logits": True} if aux_loss else {}
+        with self.accelerator.autocast():
+            outputs = model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                logits_to_keep=logits_to_keep + 1,
+                use_cache=False,
+                **extra,
+            )
+        return outputs.logits[:, :-1] / self.temperature, outputs.get("aux_loss")
+
+    @contextlib.contextmanager
+    def _reference_model(self) -> Iterator[Any]:
+        """The KL reference as TRL scores it: ``ref_model``, or with PEFT the policy with its adapter switched."""
+        if self.ref_model is not None:
+            yield self.ref_model
+            return
+        from trl.trainer.utils import use_adapter
+
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            yield self.model
+
     # --- loss ----------------------------------------------------------------------------------------------------
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
@@ -426,15 +482,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         if mode == "train" and self._in_critic_warmup():
             return torch.zeros((), device=self.accelerator.device, requires_grad=True)
         rl, mask = self.rl, loss_mask(inputs)
-        input_ids, attention_mask = sequences(inputs)
-        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            inputs["completion_ids"].shape[1],
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-        )
+        logps, entropies, aux_loss, kl = self._policy_terms(model, inputs)
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps
         denominator = self._step_denominator() if mode == "train" else None
@@ -452,8 +500,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         entropy = agg_loss(entropies, mask, rl.loss_agg_mode, denominator=denominator)
         loss = pg_loss - rl.entropy_coeff * entropy
         terms = {"actor/pg_loss": pg_loss, "actor/entropy": entropy}
-        if rl.use_kl_loss:
-            kl = kl_penalty(logps, inputs["ref_per_token_logps"], rl.kl_loss_type)
+        if kl is not None:
             terms["actor/kl_loss"] = agg_loss(kl, mask, rl.loss_agg_mode, denominator=denominator)
             loss = loss + rl.kl_loss_coef * terms["actor/kl_loss"]
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
@@ -465,6 +512,30 @@ class AgentGRPOTrainer(GRPOTrainer):
         for name, value in zip(metrics, means.tolist(), strict=True):
             self._metrics[mode][name if name.startswith("actor/") else f"actor/{name}"].append(value)
         return loss
+
+    def _policy_terms(
+        self, model: Any, inputs: Mapping[str, Any]
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """(b, T) log-probs and entropies of the completion tokens under ``model`` (with gradient), the MoE aux loss
+        (or ``None``), and the (b, T) KL(π ‖ π_ref) of the KL loss (``None`` without ``use_kl_loss``).
+
+        TRL's fused head computes the first two unless the KL is ``full``, which needs the whole logits.
+        """
+        rl, (input_ids, attention_mask) = self.rl, sequences(inputs)
+        length = inputs["completion_ids"].shape[1]
+        if rl.use_kl_loss and rl.kl_loss_type == "full":
+            from trl.trainer.utils import selective_log_softmax_and_entropy
+
+            logits, aux_loss = self._completion_logits(model, input_ids, attention_mask, length, self.aux_loss_enabled)
+            logps, entropies = selective_log_softmax_and_entropy(logits, inputs["completion_ids"])
+            with torch.no_grad(), self._reference_model() as reference:
+                ref_logits, _ = self._completion_logits(reference, input_ids, attention_mask, length)
+            return logps, entropies, aux_loss, full_kl(logits, ref_logits)
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, length, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled
+        )
+        kl = kl_penalty(logps, inputs["ref_per_token_logps"], rl.kl_loss_type) if rl.use_kl_loss else None
+        return logps, entropies, aux_loss, kl
 
     def _in_critic_warmup(self) -> bool:
         """Whether the current rollout step is one of the first ``critic_warmup``."""

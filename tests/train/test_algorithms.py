@@ -342,6 +342,24 @@ def test_apply_kl_penalty_uses_the_coefficient_before_the_update():
         alg.apply_kl_penalty(scores, logprob, ref, mask, ctrl, "full")  # full needs (B, T, V) logits
 
 
+def test_full_kl_in_the_reward_from_logits_equals_subtracting_the_precomputed_kl():
+    generator = torch.Generator().manual_seed(0)
+    logits, ref_logits = torch.randn(2, 2, 3, 5, generator=generator)  # (B, T, V) each
+    scores = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 2.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    by_kind, by_value = (alg.FixedKLController(0.5) for _ in range(2))
+    from_logits = alg.apply_kl_penalty(scores, logits, ref_logits, mask, by_kind, "full")
+    p, log_p, log_q = logits.softmax(-1), logits.log_softmax(-1), ref_logits.log_softmax(-1)
+    kl = (p * (log_p - log_q)).sum(-1)  # (B, T), by the definition
+    from_values = alg.subtract_kl(scores, kl, mask, by_value)
+    close(from_logits[0], from_values[0])
+    close(from_values[0], scores - 0.5 * kl * mask)
+    assert from_logits[1]["kl"] == pytest.approx(from_values[1]["kl"])
+    assert from_values[1]["kl"] == pytest.approx(((kl[0, :2].mean() + kl[1].mean()) / 2).item())
+    with pytest.raises(ValueError, match="kl has shape"):
+        alg.subtract_kl(scores, kl[:, :2], mask, by_value)
+
+
 # --- losses -----------------------------------------------------------------------------------------------------------
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])

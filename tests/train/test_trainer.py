@@ -158,3 +158,81 @@ def test_gae_trains_the_critic_and_the_warmup_keeps_the_policy_still(warm_policy
     trainer.state.global_step = 1
     assert trainer._compute_loss(trainer.model, inputs).grad_fn is not None
     _shut_down(trainer)
+
+
+def _perturb_policy(trainer, scale: float = 0.05) -> None:
+    """Moves the trainable weights off the reference, so that KL(π ‖ π_ref) > 0."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in trainer.model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
+
+
+def _exact_kl(trainer, batch) -> torch.Tensor:
+    """(B, T) KL(π ‖ π_ref) by its definition, from both models' plain logits (the reference: TRL's ``ref_model``,
+    or with LoRA the base model with the adapter disabled)."""
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    length = batch["completion_ids"].shape[1]
+
+    def log_probs(model) -> torch.Tensor:
+        logits = model(input_ids=ids, attention_mask=attention).logits[:, -length - 1 : -1]
+        return (logits / trainer.temperature).log_softmax(-1)
+
+    with torch.no_grad():
+        log_p = log_probs(trainer.model)
+        if trainer.ref_model is not None:
+            log_q = log_probs(trainer.ref_model)
+        else:
+            with trainer.model.disable_adapter():
+                log_q = log_probs(trainer.model)
+    return (log_p.exp() * (log_p - log_q)).sum(-1)
+
+
+FULL_KL_LOSS = ("actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=full")
+
+
+def test_the_full_kl_loss_scores_completions_as_trls_fused_head_and_takes_the_exact_kl(warm_policy, tmp_path):
+    trainer = _trainer(warm_policy, tmp_path, *FULL_KL_LOSS, "actor_rollout_ref.rollout.temperature=0.7")
+    inputs = _rollout_batch(trainer)
+    _perturb_policy(trainer)
+    mask = loss_mask(inputs).bool()
+    logps, entropies, _, kl = trainer._policy_terms(trainer.model, inputs)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    trl_logps, trl_entropies, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model, ids, attention, inputs["completion_ids"].shape[1], compute_entropy=True
+    )
+    torch.testing.assert_close(logps[mask], trl_logps[mask], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(entropies[mask], trl_entropies[mask], rtol=1e-4, atol=1e-5)
+    expected = _exact_kl(trainer, inputs)
+    assert expected[mask].min() > 1e-4, "the perturbed policy should differ from the reference everywhere"
+    torch.testing.assert_close(kl[mask], expected[mask], rtol=1e-4, atol=1e-6)
+    loss = trainer._compute_loss(trainer.model, inputs)
+    assert trainer._metrics["train"]["actor/kl_loss"][-1] > 0
+    loss.backward()
+    assert all(p.grad is not None for p in trainer.model.parameters() if p.requires_grad)
+    _shut_down(trainer)
+
+
+@pytest.mark.parametrize("lora", [(), ("actor_rollout_ref.model.lora_rank=4",)], ids=["ref_model", "lora"])
+def test_the_full_kl_in_the_reward_is_the_exact_kl_of_the_batch(warm_policy, tmp_path, lora):
+    trainer = _trainer(
+        warm_policy,
+        tmp_path,
+        *lora,
+        "algorithm.use_kl_in_reward=true",
+        "algorithm.kl_penalty=full",
+        "algorithm.kl_ctrl.kl_coef=0.1",
+    )
+    assert (trainer.ref_model is None) == bool(lora)  # with LoRA, the reference is the adapter switched off
+    _perturb_policy(trainer)
+    output = trainer._generate_and_score_completions(_generation_batch(trainer))
+    mask = loss_mask(output)
+    per_sequence = (_exact_kl(trainer, output) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    metrics = trainer._metrics["train"]
+    assert per_sequence.mean().item() > 1e-3
+    assert metrics["actor/reward_kl_penalty"][-1] == pytest.approx(per_sequence.mean().item(), rel=1e-4)
+    assert metrics["actor/reward_kl_penalty_coeff"][-1] == 0.1
+    _shut_down(trainer)
