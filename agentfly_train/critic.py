@@ -14,6 +14,13 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 
 from agentfly_train.algorithms import value_loss
 from agentfly_train.batch import step_denominator
@@ -21,6 +28,8 @@ from agentfly_train.config import TINY_MODEL
 
 OPTIMIZER_FILE = "optimizer.pt"
 """The critic optimiser's state, next to the value model's weights in a checkpoint's ``critic/`` directory."""
+WHOLE_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
+"""Unsharded state dicts keyed by parameter name, on the CPU (the same file for any number of processes)."""
 
 
 def build_value_model(source: str | None, policy: Any, trust_remote_code: bool = False) -> Any:
@@ -79,10 +88,11 @@ class CriticSettings:
 
 
 class Critic:
-    """A value model prepared by Accelerate (like the policy), with its own AdamW optimiser.
+    """A value model prepared by Accelerate (like the policy: one process, DDP or FSDP2), with its own AdamW.
 
-    The optimiser is a plain ``torch`` one, not Accelerate's: the trainer updates the critic in the middle of
-    the policy's gradient-accumulation window, where Accelerate's wrapper would skip the step.
+    The model and its optimiser are prepared together (FSDP2 shards both), but the trainer steps the ``torch``
+    optimiser inside Accelerate's wrapper: the critic is updated in the middle of the policy's
+    gradient-accumulation window, where the wrapper would skip the step.
 
     Args:
         model: From :func:`build_value_model`.
@@ -93,8 +103,9 @@ class Critic:
     def __init__(self, model: Any, settings: CriticSettings, accelerator: Any) -> None:
         self.settings = settings
         self.accelerator = accelerator
-        self.model = accelerator.prepare_model(model)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        self.model, prepared = accelerator.prepare(model, optimizer)
+        self.optimizer = prepared.optimizer
 
     def _values(self, input_ids: Tensor, attention_mask: Tensor, completion_length: int) -> Tensor:
         with self.accelerator.autocast():
@@ -175,23 +186,24 @@ class Critic:
         names = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm")
         return dict(zip(names, means.tolist(), strict=True))
 
-    def save(self, directory: str, write: bool) -> None:
-        """Writes the value model (``save_pretrained``) and the optimiser state to ``directory``.
+    def save(self, directory: str) -> None:
+        """Writes the value model (``save_pretrained``) and the optimiser state, both whole (gathered from the
+        shards under FSDP), to ``directory``, from the main process (all processes must call this).
 
         Args:
             directory: The checkpoint's ``critic/`` directory (created).
-            write: Whether this process writes (the main one; all processes must call this).
         """
-        model = self.accelerator.unwrap_model(self.model)
-        if write:
+        model_state = get_model_state_dict(self.model, options=WHOLE_STATE)
+        optimizer_state = get_optimizer_state_dict(self.model, self.optimizer, options=WHOLE_STATE)
+        if self.accelerator.is_main_process:  # the only one WHOLE_STATE gathers onto
             os.makedirs(directory, exist_ok=True)
-            model.save_pretrained(directory)
-            torch.save(self.optimizer.state_dict(), os.path.join(directory, OPTIMIZER_FILE))
+            self.accelerator.unwrap_model(self.model).save_pretrained(directory, state_dict=model_state)
+            torch.save(optimizer_state, os.path.join(directory, OPTIMIZER_FILE))
 
     def load(self, directory: str) -> None:
-        """Restores what :meth:`save` wrote."""
+        """Restores what :meth:`save` wrote (every process reads it and keeps its own shard)."""
         model = self.accelerator.unwrap_model(self.model)
-        saved = type(model).from_pretrained(directory, dtype=next(model.parameters()).dtype)
-        model.load_state_dict(saved.state_dict())
+        saved = type(model).from_pretrained(directory, dtype=torch.float32)
+        set_model_state_dict(self.model, saved.state_dict(), options=WHOLE_STATE)
         state = torch.load(os.path.join(directory, OPTIMIZER_FILE), map_location="cpu", weights_only=True)
-        self.optimizer.load_state_dict(state)
+        set_optimizer_state_dict(self.model, self.optimizer, state, options=WHOLE_STATE)

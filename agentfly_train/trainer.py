@@ -255,8 +255,12 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._batch_baselines: list[float] = []
         _check_setup(self.rl, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)
         super().__init__(reward_funcs=[env_reward], rollout_func=self._rollout, **kwargs)
-        if critic_model is not None and (self.is_deepspeed_enabled or self.is_fsdp_enabled):
-            raise ValueError("the PPO critic runs on one process or under DDP; DeepSpeed and FSDP are not supported")
+        if critic_model is not None and (
+            self.is_deepspeed_enabled or (self.is_fsdp_enabled and not self.accelerator.is_fsdp2)
+        ):
+            raise ValueError(
+                "the PPO critic runs on one process, under DDP or under FSDP2; DeepSpeed and FSDP1 are not"
+            )
         self.critic = None
         if critic_model is not None:
             if self.args.gradient_checkpointing:
@@ -568,7 +572,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             directory.mkdir(parents=True, exist_ok=True)
             (directory / ALGORITHM_STATE_FILE).write_text(json.dumps({"kl_ctrl": self.kl_ctrl.state_dict()}))
         if self.critic is not None:
-            self.critic.save(str(directory / CRITIC_DIR), write=self.args.should_save)
+            self.critic.save(str(directory / CRITIC_DIR))
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:

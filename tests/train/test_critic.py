@@ -80,7 +80,7 @@ def test_checkpoint_round_trip(policy, tmp_path):
     input_ids, attention_mask, mask = _batch()
     trained = Critic(build_value_model(None, policy), settings, Accelerator(cpu=True))
     trained.update(input_ids, attention_mask, mask, torch.ones(4, 6), trained.values(input_ids, attention_mask, 6))
-    trained.save(str(tmp_path / "critic"), write=True)
+    trained.save(str(tmp_path / "critic"))
     restored = Critic(build_value_model(TINY_MODEL, policy), settings, Accelerator(cpu=True))
     restored.load(str(tmp_path / "critic"))
     theirs = restored.model.state_dict()

@@ -31,4 +31,22 @@ def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path):
         assert all(math.isfinite(record[key]) for key in ("loss", "critic/vf_loss", "actor/kl_loss"))
     state = json.loads((tmp_path / "checkpoint-4" / "algorithm_state.json").read_text())
     assert state["kl_ctrl"]["value"] < records[-1]["actor/reward_kl_penalty_coeff"]  # updated after step 4's use
-    assert (tmp_path / "checkpoint-4" / "critic" / "optimizer.pt").is_file()
+    _critic_checkpoint_resumes_on_one_process(tmp_path / "checkpoint-4" / "critic")
+
+
+def _critic_checkpoint_resumes_on_one_process(directory) -> None:
+    """The critic checkpoint of the two-process run (whole state dicts) loads into a one-process critic."""
+    import torch
+    from accelerate import Accelerator
+    from transformers import AutoModelForTokenClassification
+
+    from agentfly_train.critic import Critic, CriticSettings
+
+    critic = Critic(AutoModelForTokenClassification.from_pretrained(directory), CriticSettings(lr=1.0), Accelerator())
+    critic.load(str(directory))
+    saved = torch.load(directory / "optimizer.pt", weights_only=True)
+    names = [name for name, _ in critic.model.named_parameters()]
+    assert sorted(saved["state"]) == sorted(names)  # keyed by parameter name, not by position
+    steps = {float(state["step"]) for state in critic.optimizer.state.values()}
+    assert len(critic.optimizer.state) == len(names) and len(steps) == 1 and steps.pop() >= 4
+    assert critic.optimizer.param_groups[0]["lr"] == 1e-3  # the run's critic.optim.lr, restored
