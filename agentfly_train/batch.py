@@ -45,6 +45,11 @@ def outcome_rewards(scores: Tensor, mask: Tensor) -> Tensor:
     return rewards.scatter_(1, last[:, None], scores.to(rewards.dtype)[:, None])
 
 
+def row_slices(stop: int, size: int, start: int = 0) -> list[slice]:
+    """Consecutive slices of at most ``size`` rows covering rows ``start`` to ``stop`` (micro-batches)."""
+    return [slice(first, min(first + size, stop)) for first in range(start, stop, size)]
+
+
 def gather_rows(accelerator: Any, x: Tensor) -> Tensor:
     """Every process's rows, in process order: (B, ...) per process -> (B * processes, ...).
 

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from agentfly_train.algorithms import value_loss
-from agentfly_train.batch import step_denominator
+from agentfly_train.batch import row_slices, step_denominator
 from agentfly_train.config import TINY_MODEL
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -90,9 +90,9 @@ class CriticSettings:
 class Critic:
     """A value model prepared by Accelerate (like the policy: one process, DDP or FSDP2), with its own AdamW.
 
-    The model and its optimiser are prepared together (FSDP2 shards both), but the trainer steps the ``torch``
-    optimiser inside Accelerate's wrapper: the critic is updated in the middle of the policy's
-    gradient-accumulation window, where the wrapper would skip the step.
+    The model and its optimiser are prepared together (FSDP2 shards both), but the critic steps the ``torch``
+    optimiser that Accelerate's wrapper holds, not the wrapper: the critic is updated in the middle of the
+    policy's gradient-accumulation window, where the wrapper would skip the step.
 
     Args:
         model: From :func:`build_value_model`.
@@ -125,11 +125,10 @@ class Critic:
             (B, T) float32 values (also on masked tokens; mask them yourself).
         """
         self.model.eval()
-        step = self.settings.micro_batch
         return torch.cat(
             [
-                self._values(input_ids[start : start + step], attention_mask[start : start + step], completion_length)
-                for start in range(0, input_ids.shape[0], step)
+                self._values(input_ids[rows], attention_mask[rows], completion_length)
+                for rows in row_slices(input_ids.shape[0], self.settings.micro_batch)
             ]
         )
 
@@ -156,10 +155,7 @@ class Critic:
         steps = 0
         for _ in range(settings.epochs):
             for start in range(0, batch, settings.mini_batch):
-                micro = [
-                    slice(first, min(first + settings.micro_batch, start + settings.mini_batch, batch))
-                    for first in range(start, min(start + settings.mini_batch, batch), settings.micro_batch)
-                ]
+                micro = row_slices(min(start + settings.mini_batch, batch), settings.micro_batch, start)
                 denominator = step_denominator(
                     [mask[rows] for rows in micro], settings.loss_agg_mode, settings.completion_width, self.accelerator
                 )

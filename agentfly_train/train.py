@@ -14,7 +14,7 @@ import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.errors import AgentflyError
-from agentfly_train.config import AGENT_TYPES, ConfigError, TrainConfig
+from agentfly_train.config import AGENT_TYPES, TINY_MODEL, ConfigError, TrainConfig
 from agentfly_train.data import env_task_rows, file_task_rows, trl_dataset
 from agentfly_train.generation import SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets
@@ -263,8 +263,6 @@ def pin_reference(config: TrainConfig, model: Any, run_dir: Path) -> None:
     TRL's reference is the base model with the adapter off, which needs no copy.
     """
     from accelerate import PartialState
-
-    from agentfly_train.config import TINY_MODEL
 
     path = run_dir / REFERENCE_DIR
     if not (config.sft.enable or config.model_path == TINY_MODEL or path.is_dir()):

@@ -56,6 +56,7 @@ from agentfly_train.batch import (
     loss_mask,
     masked_stats,
     outcome_rewards,
+    row_slices,
     sequences,
     step_denominator,
 )
@@ -423,10 +424,10 @@ class AgentGRPOTrainer(GRPOTrainer):
         from trl.models.utils import disable_gradient_checkpointing
 
         input_ids, attention_mask = sequences(output)
-        length, size = output["completion_ids"].shape[1], self.args.per_device_train_batch_size
+        length = output["completion_ids"].shape[1]
         kl = []
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            for rows in (slice(start, start + size) for start in range(0, input_ids.shape[0], size)):
+            for rows in row_slices(input_ids.shape[0], self.args.per_device_train_batch_size):
                 logits, _ = self._completion_logits(self.model, input_ids[rows], attention_mask[rows], length)
                 with self._reference_model() as reference:
                     ref_logits, _ = self._completion_logits(reference, input_ids[rows], attention_mask[rows], length)

@@ -13,6 +13,7 @@ from agentfly_train.batch import (
     loss_mask,
     masked_stats,
     outcome_rewards,
+    row_slices,
     step_denominator,
 )
 
@@ -53,6 +54,12 @@ def test_micro_batch_losses_with_the_step_denominator_add_up_to_the_whole_batch_
 def test_norm_mode_divides_by_the_completion_budget_not_the_batch_width(accelerator):
     mask = torch.tensor([[1, 1], [1, 0]])
     assert step_denominator([mask], "seq-mean-token-sum-norm", 10, accelerator).item() == 20  # 2 sequences x 10
+
+
+def test_row_slices_cover_the_range_in_chunks_of_at_most_size_rows():
+    assert row_slices(5, 2) == [slice(0, 2), slice(2, 4), slice(4, 5)]
+    assert row_slices(7, 3, start=4) == [slice(4, 7)]
+    assert row_slices(0, 4) == []
 
 
 def test_gather_rows_on_one_process_is_the_identity(accelerator):

@@ -12,7 +12,7 @@ import torch
 from transformers import set_seed
 from trl import GRPOTrainer
 
-from agentfly_train.batch import loss_mask
+from agentfly_train.batch import loss_mask, sequences
 from agentfly_train.config import load_config
 from agentfly_train.models import load_policy
 from agentfly_train.train import env_kwargs, make_codec, make_trainer, train_rows
@@ -172,8 +172,7 @@ def _perturb_policy(trainer, scale: float = 0.05) -> None:
 def _exact_kl(trainer, batch) -> torch.Tensor:
     """(B, T) KL(π ‖ π_ref) by its definition, from both models' plain logits (the reference: TRL's ``ref_model``,
     or with LoRA the base model with the adapter disabled)."""
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    ids, attention = sequences(batch)
     length = batch["completion_ids"].shape[1]
 
     def log_probs(model) -> torch.Tensor:
@@ -199,8 +198,7 @@ def test_the_full_kl_loss_scores_completions_as_trls_fused_head_and_takes_the_ex
     _perturb_policy(trainer)
     mask = loss_mask(inputs).bool()
     logps, entropies, _, kl = trainer._policy_terms(trainer.model, inputs)
-    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    ids, attention = sequences(inputs)
     trl_logps, trl_entropies, _ = trainer._get_per_token_logps_and_entropies(
         trainer.model, ids, attention, inputs["completion_ids"].shape[1], compute_entropy=True
     )
