@@ -48,6 +48,13 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
         "reward": "qa_f1_reward",
         "max_turns": 8,
     },
+    "agentfly/Files": {
+        "task": "files",
+        "tools": ("calculator",),
+        "parser": "hermes",
+        "reward": "math_reward_string_equal",
+        "max_turns": 8,
+    },
 }
 """Environment id -> default ``ToolEnv`` kwargs.
 
@@ -63,6 +70,10 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
 - ``agentfly/HotpotQA-Search``: multi-hop questions with ``search`` (default: BM25 over the row's own
   paragraphs; ``tool_options={"search": {...}}`` for a corpus file or an HTTP retriever) and
   ``answer``; scored by ``qa_f1_reward`` (token F1, with exact match as a component).
+- ``agentfly/Files``: the rows of ``data_files=`` (any JSON list, JSONL or parquet file), AgentFly's data format:
+  ``question`` (or ``prompt``/``instruction``/``problem``) is the user turn, ``answer`` the reference; MBPP- and
+  HumanEval-style rows are code tasks. Pick ``tools=``, ``parser=`` and ``reward=`` for the data; this is the
+  env ``python -m agentfly_train`` builds when ``agent.env`` is not given.
 """
 
 

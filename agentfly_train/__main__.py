@@ -1,13 +1,19 @@
-"""``python -m agentfly_train [--config FILE ...] [key=value ...]`` trains; ``... eval ...`` evaluates.
+"""``python -m agentfly_train [train] [--config FILE ...] [key=value ...]`` trains; ``... eval ...`` evaluates.
 
-With no arguments it runs the embedded quickstart: a tiny local model on ``agentfly/Arith-Calc``
-(SFT warm start on golden demonstrations, then multi-turn GRPO), on CPU, with no network, and prints
-validation accuracy before and after RL. Under ``accelerate launch -m agentfly_train`` the same command
-trains on every process of the launch.
+With no arguments it runs the embedded quickstart (the packaged preset ``quickstart``, also
+``--config quickstart``): a tiny local model on ``agentfly/Arith-Calc`` (SFT warm start on golden
+demonstrations, then multi-turn GRPO), on CPU, with no network, and prints validation accuracy before and
+after RL. With arguments, the defaults are those of AgentFly's training guide. Under
+``accelerate launch -m agentfly_train`` the same command trains on every process of the launch.
+``--dry-run`` resolves the configuration, builds the env and the tokenizer (not the model), prints what a run
+would do, and exits.
 
 ``python -m agentfly_train eval [--config FILE] actor_rollout_ref.model.path=DIR agent.env=ID [...]``
 runs the validation rows through the env with the model and prints accuracy, mean reward and sample
 trajectories (``--samples N``), also written to ``<trainer.default_local_dir>/eval.jsonl``.
+
+``python -m agentfly_train report RUN_DIR [--out FILE]`` writes the run's self-contained HTML report (curves and
+episode browser; default ``RUN_DIR/report.html``) and prints its path; it works while the run is going.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from agentfly_train.config import ConfigError, TrainConfig, load_config
+from agentfly_train.config import QUICKSTART, ConfigError, TrainConfig, load_config
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", action="append", default=[], help="YAML config file(s), merged in order")
     parser.add_argument("--samples", type=int, default=3, help="eval: sample trajectories to print")
     parser.add_argument("--no-progress", action="store_true", help="no console progress bar")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides; start with `eval` to evaluate")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the resolved run (env, batches, token budgets) and exit"
+    )
+    parser.add_argument("--out", help="report: the HTML file to write (default RUN_DIR/report.html)")
+    parser.add_argument(
+        "overrides", nargs="*", help="key=value overrides; start with `eval` to evaluate, `report RUN_DIR` for a report"
+    )
     return parser
 
 
@@ -54,21 +66,43 @@ def _eval(config: TrainConfig, samples: int) -> None:
     for record in records[:samples]:
         print(json.dumps(record, indent=2))
     print(
-        f"{config.agent.env}: accuracy {stats['accuracy']:.3f}, mean reward {stats['reward/mean']:.3f} "
+        f"{config.env_id}: accuracy {stats['accuracy']:.3f}, mean reward {stats['reward/mean']:.3f} "
         f"over {len(records)} episodes; trajectories in {path}"
     )
 
 
+def _report(arguments: list[str], out: str | None) -> int:
+    from agentfly_train.report import build_report
+
+    if len(arguments) != 1:
+        print("usage: python -m agentfly_train report RUN_DIR [--out FILE]", file=sys.stderr)
+        return 2
+    try:
+        path = build_report(arguments[0], out)
+    except (FileNotFoundError, OSError) as error:
+        print(f"report error: {error}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit status (2 for a configuration error)."""
-    args = _parser().parse_args(argv)
+    """The command line; returns the exit status (2 for a configuration or usage error)."""
+    args = _parser().parse_intermixed_args(argv)
     command = "train"
     overrides = list(args.overrides)
-    if overrides and overrides[0] in ("train", "eval"):
+    if overrides and overrides[0] in ("train", "eval", "report"):
         command = overrides.pop(0)
+    if command == "report":
+        return _report(overrides, args.out)
+    config_files = args.config or ([] if overrides else [QUICKSTART])
     try:
-        config = load_config(overrides, args.config)
-        if command == "eval":
+        config = load_config(overrides, config_files)
+        if args.dry_run:
+            from agentfly_train.dry_run import describe
+
+            print(describe(config))
+        elif command == "eval":
             _eval(config, args.samples)
         else:
             _train(config, show_progress=not args.no_progress)

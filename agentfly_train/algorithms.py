@@ -725,6 +725,12 @@ def _token_mean(loss_mat: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     return (loss_mat * mask).sum(), mask.sum()
 
 
+@_register(LOSS_AGG_MODES, "token-sum")
+def _token_sum(loss_mat: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Σ over valid tokens, not divided by anything: longer batches weigh more (verl's ``token-sum``)."""
+    return (loss_mat * mask).sum(), torch.ones((), dtype=mask.dtype, device=mask.device)
+
+
 @_register(LOSS_AGG_MODES, "seq-mean-token-sum")
 def _seq_mean_token_sum(loss_mat: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """Σ over sequences of (Σ over their valid tokens) / number of non-empty sequences."""
@@ -751,8 +757,8 @@ def agg_loss(loss_mat: Tensor, loss_mask: Tensor, mode: str, *, denominator: flo
     Args:
         loss_mat: (B, T) float, loss per token.
         loss_mask: (B, T) bool or 0/1, 1 = token in the loss.
-        mode: A key of :data:`LOSS_AGG_MODES`: ``token-mean``, ``seq-mean-token-sum``, ``seq-mean-token-mean``,
-            ``seq-mean-token-sum-norm``.
+        mode: A key of :data:`LOSS_AGG_MODES`: ``token-mean``, ``token-sum``, ``seq-mean-token-sum``,
+            ``seq-mean-token-mean``, ``seq-mean-token-sum-norm``.
         denominator: Replaces the mode's own count of this batch (valid tokens; non-empty sequences; non-empty
             sequences times T). Pass the count over a whole optimiser step (all micro-batches, all processes,
             divided by the processes if gradients are averaged across them) for a step that equals one big batch.
@@ -775,6 +781,7 @@ def policy_loss(
     loss_agg_mode: str = "token-mean",
     *,
     denominator: float | Tensor | None = None,
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate (Schulman et al., 2017, arXiv:1707.06347) with dual clip (Ye et al., 2020,
     arXiv:1912.09729).
@@ -792,6 +799,8 @@ def policy_loss(
         clip_ratio_c: Dual-clip bound c > 1.
         loss_agg_mode: See :func:`agg_loss`.
         denominator: See :func:`agg_loss`.
+        weights: (B, T) float, no gradient: each token's loss is multiplied by its weight before aggregation
+            (the rollout-correction weights of :func:`rollout_is_weights`); ``None``: 1.
 
     Returns:
         (loss, metrics): metrics are detached scalars, means over valid tokens: ``pg_clipfrac`` (the clipped
@@ -810,6 +819,8 @@ def policy_loss(
     clipped = torch.maximum(pg_losses1, pg_losses2)
     pg_losses3 = -advantages * clip_ratio_c
     pg_losses = torch.where(advantages < 0, torch.minimum(clipped, pg_losses3), clipped)
+    if weights is not None:
+        pg_losses = pg_losses * weights
     loss = agg_loss(pg_losses, response_mask, loss_agg_mode, denominator=denominator)
     mask = _float_mask(response_mask, log_ratio)
     metrics = {
@@ -850,3 +861,85 @@ def value_loss(
     loss = 0.5 * agg_loss(torch.maximum(vf_losses1, vf_losses2), response_mask, loss_agg_mode, denominator=denominator)
     mask = _float_mask(response_mask, vf_losses1)
     return loss, _masked_mean((vf_losses2 > vf_losses1).to(mask.dtype), mask).detach()
+
+
+# --- rollout correction -----------------------------------------------------------------------------------------
+
+ROLLOUT_IS_LEVELS = ("token", "sequence")
+"""``algorithm.rollout_correction.rollout_is`` values (verl's names); ``None`` turns the weights off."""
+
+_LOG_RATIO_BOUND = 20.0
+
+
+def parse_is_threshold(spec: str | float) -> tuple[float | None, float]:
+    """verl's ``rollout_is_threshold`` -> (lower, upper): ``2.0`` or ``"2.0"`` truncates the weights at 2 (TIS,
+    lower ``None``); ``"0.5_5.0"`` zeroes weights outside [0.5, 5] (IcePop's masking).
+
+    Raises:
+        ValueError: not a positive number or a ``lower_upper`` pair with 0 <= lower < upper.
+    """
+    text = str(spec).strip()
+    lower_text, _, upper_text = text.rpartition("_")
+    try:
+        upper = float(upper_text)
+        lower = float(lower_text) if lower_text else None
+    except ValueError:
+        raise ValueError(f"{spec!r} is neither a number (TIS cap) nor 'lower_upper' (e.g. '0.5_5.0')") from None
+    if upper <= 0 or (lower is not None and not 0 <= lower < upper):
+        raise ValueError(f"{spec!r}: need an upper bound > 0 and, if given, 0 <= lower < upper")
+    return lower, upper
+
+
+def rollout_is_weights(
+    log_ratio: Tensor, response_mask: Tensor, level: str, threshold: str | float = 2.0
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Importance weights π_train / π_rollout that correct for sampling from a different engine (Yao et al., 2025,
+    "Your efficient RL framework secretly brings you off-policy RL training"; verl's ``rollout_correction``).
+
+    ``token``: w_t = exp(log_ratio_t); ``sequence``: every token of a row gets exp(Σ_t log_ratio_t) over its valid
+    tokens. Log-ratios are clamped to ±20 before ``exp``; the weights are then truncated at the upper bound (a
+    number) or zeroed outside [lower, upper] (a ``lower_upper`` pair), see :func:`parse_is_threshold`.
+
+    Args:
+        log_ratio: (B, T) float, log π_train − log π_rollout of each sampled token (no gradient).
+        response_mask: (B, T) bool or 0/1.
+        level: ``token`` or ``sequence``.
+        threshold: verl's ``rollout_is_threshold``.
+
+    Returns:
+        (weights, metrics): weights (B, T), 0 on masked tokens, detached; metrics are scalars:
+        ``rollout_is_mean`` (the weights' mean over valid tokens, as verl's), ``rollout_is_raw_min``/``_max`` (the
+        ratios before truncation) and ``rollout_is_clipped_frac`` (the share truncated or zeroed), the last three
+        over valid tokens (``token``) or rows with a valid token (``sequence``).
+
+    Raises:
+        ValueError: unknown ``level`` or a bad ``threshold``.
+    """
+    if level not in ROLLOUT_IS_LEVELS:
+        raise ValueError(f"rollout_is={level!r} is not one of {list(ROLLOUT_IS_LEVELS)}")
+    lower, upper = parse_is_threshold(threshold)
+    mask = _float_mask(response_mask, log_ratio)
+    log_ratio = log_ratio.detach() * mask
+    if level == "token":
+        raw = log_ratio.clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND).exp()
+        units = mask.bool()
+    else:
+        raw = log_ratio.sum(-1, keepdim=True).clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND).exp().expand_as(log_ratio)
+        units = torch.zeros_like(mask, dtype=torch.bool)
+        units[:, 0] = mask.sum(-1) > 0  # one entry per row with a valid token
+    if lower is None:
+        outside = raw > upper
+        weights = raw.clamp(max=upper)
+    else:
+        outside = (raw < lower) | (raw > upper)
+        weights = torch.where(outside, torch.zeros_like(raw), raw)
+    weights = weights * mask
+    selected = raw[units]
+    empty = selected.new_zeros(())
+    metrics = {
+        "rollout_is_mean": _masked_mean(weights, mask),
+        "rollout_is_raw_min": selected.min() if selected.numel() else empty,
+        "rollout_is_raw_max": selected.max() if selected.numel() else empty,
+        "rollout_is_clipped_frac": outside[units].float().mean() if selected.numel() else empty,
+    }
+    return weights, metrics

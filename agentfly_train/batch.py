@@ -65,7 +65,7 @@ def step_denominator(masks: Sequence[Tensor], mode: str, width: int, accelerator
 
     Adds up the count that ``algorithms.agg_loss`` would divide by (valid tokens, non-empty sequences, or
     non-empty sequences times ``width``) over the step's micro-batches on every process, then divides by the
-    number of processes, whose gradients are averaged.
+    number of processes, whose gradients are averaged. ``token-sum`` divides by nothing but that average.
 
     Args:
         masks: The (b, T) loss masks of this process's micro-batches in the step.
@@ -77,6 +77,9 @@ def step_denominator(masks: Sequence[Tensor], mode: str, width: int, accelerator
     Returns:
         Scalar float32 tensor, on the masks' device.
     """
+    if mode == "token-sum":  # no count: the step's loss is its token sum (times the processes, whose gradients
+        # are averaged), as verl's token-sum with dp_size
+        return torch.tensor(1.0 / accelerator.num_processes, device=masks[0].device)
     aggregate = LOSS_AGG_MODES[mode]
     count = torch.zeros((), device=masks[0].device)
     for mask in masks:

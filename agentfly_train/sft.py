@@ -79,13 +79,15 @@ def warm_start(
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    from agentfly_train.trl_args import checkpointing_argument
+
     args = SFTConfig(
         output_dir=output_dir,
         max_steps=steps,
         learning_rate=lr,
         lr_scheduler_type="constant",
         per_device_train_batch_size=batch_size,
-        gradient_checkpointing=False,
+        **checkpointing_argument(SFTConfig, False),
         report_to=[],
         save_strategy="no",
         logging_steps=max(steps // 5, 1),

@@ -20,21 +20,29 @@ from agentfly_train.generation import SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets
 
 RESULT_FILE = "result.json"
+ENV_VAL_SIZE = 256
+"""Validation rows taken from an env's own task source (which may generate thousands) when ``data.val_size`` is
+``null`` and no ``data.val_files`` are given."""
 REFERENCE_DIR = "reference"
 """The reference model of the KL terms in the run directory: the policy as RL starts (after the warm start)."""
 
 
 def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
-    """``gymnasium.make`` keyword arguments for the configured agent.
+    """``gymnasium.make`` keyword arguments for the configured agent (env :attr:`TrainConfig.env_id`).
 
+    Without ``agent.env`` the env reads ``data.train_files`` (``data.val_files`` for ``validation``).
     ``agent.agent_type`` picks the parser, ``agent.max_turns`` the turn budget, ``agent.tools`` and
     ``agent.reward_name`` replace the env's tools and reward; ``agent.use_agent=false`` allows one turn and
     no tools. ``validation`` adds ``data.val_env_kwargs`` (used when no ``data.val_files`` are given).
     """
     agent = config.agent
     kwargs: dict[str, Any] = {**agent.env_kwargs, "parser": AGENT_TYPES[agent.agent_type], "max_turns": agent.max_turns}
+    if agent.env is None:  # the env is the rows of the data files (validation: of data.val_files)
+        kwargs["data_files"] = config.data.val_files if validation else config.data.train_files
     if agent.tools is not None:
         kwargs["tools"] = tuple(agent.tools)
+    if agent.tool_options:
+        kwargs["tool_options"] = agent.tool_options
     if agent.reward_name is not None:
         kwargs["reward"] = agent.reward_name
     if not agent.use_agent:
@@ -69,19 +77,82 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
     return codec
 
 
+def make_env(config: TrainConfig, validation: bool = False) -> gym.Env:
+    """The configured env (:func:`env_kwargs`).
+
+    Raises:
+        ConfigError: the env cannot be built from the configuration or its data (one line, naming the key).
+    """
+    key = "data.val_files" if validation else "data.train_files"
+    try:
+        return gym.make(config.env_id, **env_kwargs(config, validation))
+    except AgentflyError as error:
+        where = key if config.agent.env is None else f"agent.env={config.agent.env}"
+        raise ConfigError(f"{where}: {_one_line(error)}") from None
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"cannot build {config.env_id} from agent.* / agent.env_kwargs: {_one_line(error)}") from None
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
 def train_rows(config: TrainConfig, env: gym.Env) -> list[dict[str, Any]]:
-    """Training rows: from ``data.train_files``, else the env's own task source (``data.train_size`` max)."""
-    if config.data.train_files:
-        return file_task_rows(config.data.train_files, env, config.data.train_size)
-    return env_task_rows(env, config.data.train_size)
+    """Training rows: from ``data.train_files``, else the env's own task source (``data.train_size`` max).
+
+    Raises:
+        ConfigError: a file cannot be read, has no rows, or a row lacks a field the task needs.
+    """
+    try:
+        if config.data.train_files and config.agent.env is not None:
+            return file_task_rows(config.data.train_files, env, config.data.train_size)
+        return env_task_rows(env, config.data.train_size)
+    except AgentflyError as error:
+        raise ConfigError(f"data.train_files: {_one_line(error)}") from None
 
 
-def val_rows(config: TrainConfig, env: gym.Env) -> list[dict[str, Any]]:
+def val_rows(config: TrainConfig, env: gym.Env | None) -> list[dict[str, Any]]:
     """Validation rows: from ``data.val_files``, else the task source of ``env`` (made with
-    ``env_kwargs(config, validation=True)``); ``data.val_size=0`` disables validation."""
-    if config.data.val_files:
-        return file_task_rows(config.data.val_files, env, config.data.val_size)
-    return env_task_rows(env, config.data.val_size) if config.data.val_size != 0 else []
+    ``env_kwargs(config, validation=True)``; none without ``agent.env``), at most ``data.val_size`` of them
+    (``null``: every row of the files, or :data:`ENV_VAL_SIZE` of the env's own tasks); ``data.val_size=0``
+    disables validation.
+
+    Raises:
+        ConfigError: as :func:`train_rows`, for ``data.val_files``.
+    """
+    if env is None or config.data.val_size == 0:
+        return []
+    try:
+        if config.data.val_files and config.agent.env is not None:
+            return file_task_rows(config.data.val_files, env, config.data.val_size)
+        if config.data.val_size is None and not config.data.val_files:  # an env's own (maybe generated) tasks
+            return env_task_rows(env, ENV_VAL_SIZE)
+        return env_task_rows(env, config.data.val_size)
+    except AgentflyError as error:
+        raise ConfigError(f"data.val_files: {_one_line(error)}") from None
+
+
+def has_validation(config: TrainConfig) -> bool:
+    """Whether the run validates: it has validation files, or an env whose own task source serves them."""
+    return config.data.val_size != 0 and (bool(config.data.val_files) or config.agent.env is not None)
+
+
+def check_search_backend(config: TrainConfig, rows: list[dict[str, Any]]) -> None:
+    """A search tool on its default backend (the row's own ``context`` paragraphs) needs rows that have them.
+
+    Raises:
+        ConfigError: the rows have no ``context`` and the tool has no corpus or URL; says which option to set.
+    """
+    options = config.agent.tool_options
+    for tool in config.agent.tools or ():
+        if tool not in ("search", "google_search") or options.get(tool, {}).get("backend", "context") != "context":
+            continue
+        if rows and "context" not in rows[0]:
+            raise ConfigError(
+                f"agent.tools has {tool}, whose default backend searches each row's 'context' paragraphs, but the "
+                f"rows have no 'context' field: set agent.tool_options={{{tool}: {{backend: bm25, corpus_file: "
+                f"FILE.jsonl}}}} or {{{tool}: {{backend: http, url: URL}}}}"
+            )
 
 
 @dataclass
@@ -112,7 +183,7 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any])
 
     rollout = config.actor_rollout_ref.rollout
     return AgentRollout(
-        pool=EnvPool(config.agent.env, kwargs),
+        pool=EnvPool(config.env_id, kwargs),
         codec=codec,
         budgets=RolloutBudgets(
             max_turns=config.agent.max_turns if config.agent.use_agent else 1,
@@ -181,6 +252,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     from agentfly_train.trl_args import grpo_config
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
+    _quiet_libraries()
     device = training_device(config)
     world_size = PartialState(cpu=device == "cpu").num_processes
     _check_world(config, world_size, device)
@@ -191,9 +263,12 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
 
-    train_kwargs, val_kwargs = env_kwargs(config), env_kwargs(config, validation=True)
-    train_env, val_env = gym.make(config.agent.env, **train_kwargs), gym.make(config.agent.env, **val_kwargs)
+    if config.agent.env is None and not config.data.train_files:
+        raise ConfigError("no training tasks: set data.train_files, or agent.env to an env with its own tasks")
+    train_env = make_env(config)
+    val_env = make_env(config, validation=True) if has_validation(config) else None
     train_tasks, val_tasks = train_rows(config, train_env), val_rows(config, val_env)
+    check_search_backend(config, train_tasks)
     if len(train_tasks) < config.data.train_batch_size:
         # TRL's sampler would yield no full batch and Trainer.train() would stop at step 0 without a word.
         raise ConfigError(
@@ -220,7 +295,8 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
                 bf16=args.bf16,
             )
     train_env.close()
-    val_env.close()
+    if val_env is not None:
+        val_env.close()
     if args.beta and config.actor_rollout_ref.model.lora_rank == 0:
         pin_reference(config, model, run_dir)
 
@@ -251,7 +327,29 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
         trainer.agent.executor.shutdown()
         trainer.agent.pool.close()
     (run_dir / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2))
+    if PartialState().is_main_process:
+        _write_report(run_dir)
     return result
+
+
+def _quiet_libraries() -> None:
+    """No per-file progress bars from transformers (loading and saving shards) and datasets: the run's own
+    progress bar and log lines are the output."""
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
+def _write_report(run_dir: Path) -> None:
+    """``<run dir>/report.html``; a failure to build it is reported in one line, never fails the finished run."""
+    from agentfly_train.report import build_report
+
+    try:
+        build_report(run_dir)
+    except Exception as error:  # the run's results are saved; a report bug must not turn it into a failure
+        print(f"warning: could not write {run_dir / 'report.html'}: {error}")
 
 
 def pin_reference(config: TrainConfig, model: Any, run_dir: Path) -> None:
@@ -323,11 +421,43 @@ def make_trainer(
         val_rows=val_tasks,
         val_batch_size=config.data.val_batch_size,
         log_val_generations=config.trainer.log_val_generations,
+        log_train_generations=config.trainer.log_train_generations,
         model=model,
         args=args,
         train_dataset=trl_dataset(train_tasks, prompts),
         processing_class=tokenizer,
         peft_config=lora_config(config),
+        backend=rollout_engine(config, model, tokenizer) if config.backend == "vllm" else None,
+    )
+
+
+def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
+    """The vLLM backend of a run (``actor_rollout_ref.rollout.name=vllm``, ``mode=colocate``): an engine in this
+    process, started from the policy as RL starts (saved to ``<run dir>/rollout_init_<process>``); the trainer
+    hands it the policy's weights after every optimiser step."""
+    from accelerate import PartialState
+
+    from agentfly_train.generation.vllm import VLLMGenerationBackend
+    from agentfly_train.models import policy_dtype, training_device
+
+    rollout = config.actor_rollout_ref.rollout
+    directory = Path(config.trainer.default_local_dir) / f"rollout_init_{PartialState().process_index}"
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    eos = model.generation_config.eos_token_id
+    eos_ids = [tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [] if eos is None else [eos])]
+    dtype = rollout.dtype
+    if dtype == "auto":
+        dtype = str(policy_dtype(config.actor_rollout_ref.model.dtype, training_device(config))).removeprefix("torch.")
+    return VLLMGenerationBackend.start(
+        str(directory),
+        sorted(set(eos_ids)),
+        dtype=dtype,
+        gpu_memory_utilization=rollout.gpu_memory_utilization,
+        tensor_parallel_size=rollout.tensor_model_parallel_size,
+        enable_prefix_caching=rollout.enable_prefix_caching,
+        max_model_len=rollout.max_model_len,
+        seed=config.trainer.seed,
     )
 
 

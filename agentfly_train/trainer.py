@@ -48,6 +48,7 @@ from agentfly_train.algorithms import (
     full_kl,
     kl_penalty,
     policy_loss,
+    rollout_is_weights,
     subtract_kl,
 )
 from agentfly_train.batch import (
@@ -61,7 +62,7 @@ from agentfly_train.batch import (
     step_denominator,
 )
 from agentfly_train.critic import Critic, CriticSettings
-from agentfly_train.generation import HFGenerationBackend, SamplingParams
+from agentfly_train.generation import GenerationBackend, HFGenerationBackend, SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets, Trajectory, run_rollouts, summarize
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
@@ -152,7 +153,8 @@ class AgentRollout:
 
 
 def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
-    """A JSON-ready summary of an episode (messages, reward, finish reason, counts)."""
+    """A JSON-ready summary of an episode (messages, reward and its components, finish reason, counts, and the
+    tool calls parsed from each assistant turn); the lines of ``val_samples/`` and ``train_samples/``."""
     return {
         "reward": trajectory.reward,
         "correct": trajectory.correct,
@@ -160,6 +162,12 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         "turns": trajectory.num_turns,
         "tool_calls": trajectory.num_tool_calls,
         "messages": trajectory.messages,
+        "reward_components": trajectory.reward_components,
+        "error_counts": {kind: count for kind, count in trajectory.error_counts.items() if count},
+        "turn_calls": trajectory.turn_calls,
+        "prompt_tokens": len(trajectory.prompt_ids),
+        "completion_tokens": len(trajectory.completion_ids),
+        "sampled_tokens": sum(trajectory.env_mask),
     }
 
 
@@ -187,6 +195,9 @@ class RLSettings:
         clip_ratio_c: Dual-clip bound (> 1) on the loss of negative-advantage tokens.
         loss_agg_mode: A key of ``algorithms.LOSS_AGG_MODES``, for the policy, entropy and KL terms.
         critic_warmup: Rollout steps that train only the critic (the policy is not updated).
+        rollout_is: Importance weights π_train / π_rollout on the policy loss: ``None``, ``token`` or ``sequence``
+            (:func:`~agentfly_train.algorithms.rollout_is_weights`).
+        rollout_is_threshold: Their truncation (a number) or mask bounds (``"lower_upper"``).
     """
 
     adv_estimator: str = "grpo"
@@ -204,6 +215,8 @@ class RLSettings:
     clip_ratio_c: float = 3.0
     loss_agg_mode: str = "token-mean"
     critic_warmup: int = 0
+    rollout_is: str | None = None
+    rollout_is_threshold: str = "2.0"
 
 
 class AgentGRPOTrainer(GRPOTrainer):
@@ -224,6 +237,10 @@ class AgentGRPOTrainer(GRPOTrainer):
         val_rows: Validation task rows (``None``: no validation).
         val_batch_size: Episodes per validation generation call.
         log_val_generations: Validation trajectories written to ``<output_dir>/val_samples/step_<N>.jsonl``.
+        log_train_generations: Training trajectories of each step written to
+            ``<output_dir>/train_samples/step_<N>.jsonl`` (0: none).
+        backend: The generation backend (``None``: Hugging Face ``generate`` on the training model). One with a
+            ``load_weights(named_tensors)`` method (vLLM) is given the policy's weights after each optimiser step.
         **kwargs: ``GRPOTrainer`` arguments (``model``, ``args``, ``train_dataset``, ``processing_class``,
             ``callbacks``, ``peft_config``); ``reward_funcs`` and ``rollout_func`` are set here. ``args.beta``
             must be non-zero when a KL term needs the reference model (TRL loads it only then).
@@ -243,6 +260,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         val_rows: Sequence[Mapping[str, Any]] | None = None,
         val_batch_size: int = 64,
         log_val_generations: int = 8,
+        log_train_generations: int = 0,
+        backend: GenerationBackend | None = None,
         **kwargs: Any,
     ) -> None:
         self.agent = agent
@@ -251,9 +270,11 @@ class AgentGRPOTrainer(GRPOTrainer):
         self.val_rows = list(val_rows or [])
         self.val_batch_size = val_batch_size
         self.log_val_generations = log_val_generations
+        self.log_train_generations = log_train_generations
         self._batch_tasks: list[dict[str, Any]] = []
         self._batch_rewards: list[float] = []
         self._batch_baselines: list[float] = []
+        self._train_samples_step, self._train_samples_written = -1, 0
         _check_setup(self.rl, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)
         super().__init__(reward_funcs=[env_reward], rollout_func=self._rollout, **kwargs)
         if critic_model is not None and (
@@ -267,9 +288,23 @@ class AgentGRPOTrainer(GRPOTrainer):
             if self.args.gradient_checkpointing:
                 critic_model.gradient_checkpointing_enable(self.args.gradient_checkpointing_kwargs)
             self.critic = Critic(critic_model, critic_settings, self.accelerator)
-        self.backend = HFGenerationBackend(
+        self.backend = backend or HFGenerationBackend(
             self._generation_model, self._tokenizer.pad_token_id, self.eos_token_ids, self.accelerator.device
         )
+        self._synced_step = -1  # the engine may hold weights from before a resumed checkpoint: sync at first use
+
+    def _rollout_backend(self) -> GenerationBackend:
+        """The generation backend, holding the current policy weights.
+
+        A backend with its own copy of the weights (vLLM) gets the policy's after every optimiser step, once,
+        before it next samples (TRL syncs its own vLLM engine the same way, on ``global_step``).
+        """
+        load_weights = getattr(self.backend, "load_weights", None)
+        if load_weights is not None and self._synced_step != self.state.global_step:
+            model = self.accelerator.unwrap_model(self.model)
+            load_weights((name, tensor.detach()) for name, tensor in model.state_dict().items())
+            self._synced_step = self.state.global_step
+        return self.backend
 
     @contextlib.contextmanager
     def _generation_model(self) -> Iterator[Any]:
@@ -300,12 +335,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         params = self.agent.train_params if mode == "train" else self.agent.val_params
         start = time.perf_counter()
-        trajectories = self.agent.run(self.backend, self._batch_tasks, params)
+        trajectories = self.agent.run(self._rollout_backend(), self._batch_tasks, params)
         self._batch_rewards = [t.reward for t in trajectories]
         if self.rl.adv_estimator == "remax":
             self._batch_baselines = self._greedy_rewards(self._batch_tasks)
             self._metrics[mode]["reward/greedy_baseline/mean"].append(sum(self._batch_baselines) / len(trajectories))
         self._record_rollout(mode, trajectories, time.perf_counter() - start)
+        if mode == "train":
+            self._save_train_samples(trajectories)
         return {
             "prompt_ids": [t.prompt_ids for t in trajectories],
             "completion_ids": [t.completion_ids for t in trajectories],
@@ -319,7 +356,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         keys = [json.dumps(task, sort_keys=True, default=str) for task in tasks]
         distinct = list(dict.fromkeys(keys))
         greedy = dataclasses.replace(self.agent.val_params, temperature=0.0)
-        episodes = self.agent.run(self.backend, [json.loads(key) for key in distinct], greedy)
+        episodes = self.agent.run(self._rollout_backend(), [json.loads(key) for key in distinct], greedy)
         reward = {key: episode.reward for key, episode in zip(distinct, episodes, strict=True)}
         return [reward[key] for key in keys]
 
@@ -334,6 +371,22 @@ class AgentGRPOTrainer(GRPOTrainer):
         metrics["timing/env_s"].append(env_seconds)
         metrics["throughput/gen_tokens_per_s"].append(sampled / max(seconds - env_seconds, 1e-9))
 
+    def _save_train_samples(self, trajectories: Sequence[Trajectory]) -> None:
+        """Appends up to ``log_train_generations`` episodes of the coming step to ``train_samples/step_<N>.jsonl``
+        (the file is started afresh by the step's first rollout, so a resumed run does not duplicate lines)."""
+        if not self.log_train_generations or not self.accelerator.is_main_process:
+            return
+        step = self.state.global_step + 1
+        path = Path(self.args.output_dir) / "train_samples" / f"step_{step:06d}.jsonl"
+        written = self._train_samples_written if self._train_samples_step == step else 0
+        self._train_samples_step = step
+        kept = trajectories[: max(self.log_train_generations - written, 0)]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a" if written else "w") as file:
+            for trajectory in kept:
+                file.write(json.dumps(trajectory_record(trajectory)) + "\n")
+        self._train_samples_written = written + len(kept)
+
     # --- advantages ----------------------------------------------------------------------------------------------
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -341,8 +394,38 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._batch_tasks = [json.loads(row["task"]) for row in inputs]
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
+        if mode == "train" and (self.rl.rollout_is is not None or self._engine_has_own_weights()):
+            self._correct_rollout_gap(output)
         output["advantages"] = self._advantages(output, mode)
         return output
+
+    def _engine_has_own_weights(self) -> bool:
+        """Whether the rollout engine samples from its own copy of the weights (vLLM), whose log-probs can drift
+        from the trainer's (another dtype, other kernels)."""
+        return getattr(self.backend, "load_weights", None) is not None
+
+    def _correct_rollout_gap(self, output: dict[str, Any]) -> None:
+        """Logs |log π_train − log π_rollout| of the sampled tokens (``rollout/logprob_diff_mean``, ``_max``, over
+        all processes) and, with ``rl.rollout_is``, puts the importance weights in ``output["rollout_is_weights"]``
+        (B, T) for the loss. π_train is the policy before this step's update (``old_per_token_logps``, computed
+        here when TRL skipped them, and then also the PPO ratio's denominator)."""
+        if "old_per_token_logps" not in output:
+            output["old_per_token_logps"] = self._policy_logps(output)
+        mask = loss_mask(output)
+        log_ratio = torch.nan_to_num(output["old_per_token_logps"] - output["sampling_per_token_logps"]) * mask
+        gap = log_ratio.abs()
+        count = self.accelerator.reduce(mask.sum().float(), reduction="sum").clamp(min=1)
+        metrics = self._metrics["train"]
+        metrics["rollout/logprob_diff_mean"].append((self.accelerator.reduce(gap.sum(), "sum") / count).item())
+        metrics["rollout/logprob_diff_max"].append(self.accelerator.gather(gap.max()[None]).max().item())
+        if self.rl.rollout_is is None:
+            return
+        weights, stats = rollout_is_weights(log_ratio, mask, self.rl.rollout_is, self.rl.rollout_is_threshold)
+        output["rollout_is_weights"] = weights
+        gathered = self.accelerator.gather(torch.stack(list(stats.values()))[None])  # (processes, 4)
+        reduce = {"rollout_is_raw_min": torch.min, "rollout_is_raw_max": torch.max}
+        for column, name in enumerate(stats):
+            metrics[f"rollout_corr/{name}"].append(reduce.get(name, torch.mean)(gathered[:, column]).item())
 
     def _advantages(self, output: dict[str, Any], mode: str) -> Tensor:
         """(B, T) advantages of this process's rows, computed over the batch gathered from all processes.
@@ -501,6 +584,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             rl.clip_ratio_c,
             rl.loss_agg_mode,
             denominator=denominator,
+            weights=inputs.get("rollout_is_weights"),
         )
         entropy = agg_loss(entropies, mask, rl.loss_agg_mode, denominator=denominator)
         loss = pg_loss - rl.entropy_coeff * entropy
@@ -598,7 +682,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         if not self.val_rows:
             return {}
         start = time.perf_counter()
-        stats, trajectories = self.agent.evaluate(self.backend, self.val_rows, self.val_batch_size)
+        stats, trajectories = self.agent.evaluate(self._rollout_backend(), self.val_rows, self.val_batch_size)
         stats.pop("env_seconds")
         stats["timing/s"] = time.perf_counter() - start
         if self.accelerator.is_main_process and self.log_val_generations:

@@ -9,6 +9,7 @@ TRL's defaults for its loss fields (``loss_type``, ``epsilon``, ``scale_rewards`
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -112,6 +113,8 @@ def rl_settings(config: TrainConfig) -> RLSettings:
         clip_ratio_c=actor.clip_ratio_c,
         loss_agg_mode=actor.loss_agg_mode,
         critic_warmup=config.trainer.critic_warmup,
+        rollout_is=algorithm.rollout_correction.rollout_is,
+        rollout_is_threshold=algorithm.rollout_correction.rollout_is_threshold,
     )
 
 
@@ -156,6 +159,7 @@ def report_to(config: TrainConfig) -> list[str]:
     targets = [name for name in config.trainer.logger if name != "console"]
     if "wandb" in targets:
         os.environ.setdefault("WANDB_PROJECT", config.trainer.project_name)
+        os.environ.setdefault("WANDB_DIR", config.trainer.default_local_dir)  # not the working directory
         if not os.environ.get("WANDB_API_KEY"):
             os.environ.setdefault("WANDB_MODE", "offline")
     return targets
@@ -176,7 +180,9 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
     dtype = policy_dtype(config.actor_rollout_ref.model.dtype, device)
     steps = trainer.total_training_steps
     save = trainer.save_freq > 0
-    return GRPOConfig(
+    if actor.fsdp_config.param_offload or actor.fsdp_config.optimizer_offload or _ref_offload(config):
+        os.environ["FSDP_OFFLOAD_PARAMS"] = "true"  # read by Accelerate's FSDP plugin when the trainer builds it
+    args = GRPOConfig(
         output_dir=trainer.default_local_dir,
         run_name=trainer.experiment_name,
         report_to=report_to(config),
@@ -193,7 +199,7 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
         per_device_train_batch_size=layout.micro_batch,
         gradient_accumulation_steps=layout.grad_accum,
         steps_per_generation=layout.steps_per_generation,
-        num_generations=config.agent.num_chains,
+        num_generations=_checked_group_size(config, layout.micro_batch * world_size * layout.steps_per_generation),
         num_iterations=actor.ppo_epochs,
         max_steps=steps * layout.optimizer_steps_per_rollout if steps else -1,
         num_train_epochs=trainer.total_epochs,
@@ -202,7 +208,7 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
         top_p=rollout.top_p,
         top_k=max(rollout.top_k, 0),
         beta=reference_beta(config),
-        gradient_checkpointing=config.actor_rollout_ref.model.enable_gradient_checkpointing,
+        **checkpointing_argument(GRPOConfig, config.actor_rollout_ref.model.enable_gradient_checkpointing),
         shuffle_dataset=config.data.shuffle,
         logging_steps=1,
         save_strategy="steps" if save else "no",
@@ -213,3 +219,33 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
         vllm_gpu_memory_utilization=rollout.gpu_memory_utilization,
         vllm_tensor_parallel_size=rollout.tensor_model_parallel_size,
     )
+    args.num_generations = config.agent.num_chains
+    return args
+
+
+def checkpointing_argument(config_class: type, enable: bool) -> dict[str, bool]:
+    """Activation checkpointing under its current name: transformers 5.20 renamed ``gradient_checkpointing`` to
+    ``activation_checkpointing`` and warns on every run given the old one; older releases know only the old one."""
+    names = {item.name for item in dataclasses.fields(config_class)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": enable}
+
+
+def _checked_group_size(config: TrainConfig, generation_batch: int) -> int:
+    """The ``num_generations`` GRPOConfig is built with.
+
+    GRPOConfig refuses groups of one, which verl trains with the estimators that need no group
+    (reinforce_plus_plus, remax, gae; ``config.validate`` refuses one chain for the others). It is built with a
+    group of the whole generation batch, which passes its checks, and :func:`grpo_config` then sets the real
+    group size: the trainer reads ``num_generations`` after ``__post_init__``, and a group of one divides every
+    batch.
+    """
+    if config.agent.num_chains > 1:
+        return config.agent.num_chains
+    if generation_batch < 2:
+        raise ConfigError("agent.num_chains=1 needs at least 2 episodes per rollout step: raise data.train_batch_size")
+    return generation_batch
+
+
+def _ref_offload(config: TrainConfig) -> bool:
+    ref = config.actor_rollout_ref.ref.fsdp_config
+    return ref.param_offload or ref.optimizer_offload

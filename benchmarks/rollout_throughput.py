@@ -41,7 +41,7 @@ def main() -> None:
 
     import agentfly_envs  # noqa: F401
     from agentfly_envs.adapters.trl import make_trl_environment, trl_dataset_rows
-    from agentfly_train.config import load_config
+    from agentfly_train.config import QUICKSTART, load_config
     from agentfly_train.data import trl_dataset
     from agentfly_train.generation import SamplingParams
     from agentfly_train.rollout import RolloutBudgets
@@ -56,7 +56,7 @@ def main() -> None:
     model = build_model(tokenizer, hidden_size=128)
     env = gym.make("agentfly/Arith-Calc", **env_kwargs)
     tasks = [env.unwrapped.tasks.row(i) for i in range(args.episodes // args.chains)]
-    codec = make_codec(load_config(), tokenizer, env, tasks[0])
+    codec = make_codec(load_config(config_files=[QUICKSTART]), tokenizer, env, tasks[0])
     with tempfile.TemporaryDirectory() as scratch:
         warm_start(
             model, tokenizer, golden_token_rows(env, codec, [env.unwrapped.tasks.row(i) for i in range(256)]),

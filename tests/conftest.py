@@ -21,6 +21,7 @@ OFFLINE_KWARGS = {
     "agentfly/Math-Python": {"data_files": str(GSM8K_SAMPLE)},
     "agentfly/Code-Tests": {"data_files": str(MBPP_SAMPLE)},
     "agentfly/HotpotQA-Search": {"data_files": str(HOTPOTQA_SAMPLE)},
+    "agentfly/Files": {"data_files": str(REPO_ROOT / "data" / "guide" / "math_train.json")},
 }
 """``gym.make`` kwargs that let each registered id run offline, on the project's sample data."""
 

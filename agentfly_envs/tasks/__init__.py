@@ -1,9 +1,11 @@
 """Task sources: where an env's tasks come from (``gsm8k`` and ``hotpotqa`` from the Hub or files,
-``code_tests`` (MBPP, HumanEval-style) likewise, ``arithmetic`` generated)."""
+``code_tests`` (MBPP, HumanEval-style) likewise, ``files`` any question/answer or code rows, ``arithmetic``
+generated)."""
 
 from agentfly_envs.tasks.arithmetic import ArithmeticTasks, generate_problem
 from agentfly_envs.tasks.base import TASKS, GoldenSolution, Row, TaskSource, get_task_source
-from agentfly_envs.tasks.code import CodeProblem, CodeTestTasks, code_problem
+from agentfly_envs.tasks.code import CodeProblem, CodeTestTasks, code_golden, code_problem
+from agentfly_envs.tasks.generic import FileTasks, question_field
 from agentfly_envs.tasks.gsm8k import (
     GSM8KTasks,
     MathWordProblems,
@@ -18,6 +20,7 @@ __all__ = [
     "ArithmeticTasks",
     "CodeProblem",
     "CodeTestTasks",
+    "FileTasks",
     "GSM8KTasks",
     "GoldenSolution",
     "HotpotQATasks",
@@ -25,10 +28,12 @@ __all__ = [
     "Row",
     "TaskSource",
     "calculator_annotations",
+    "code_golden",
     "code_problem",
     "final_answer",
     "generate_problem",
     "get_task_source",
+    "question_field",
     "reference_answer",
     "supporting_titles",
 ]

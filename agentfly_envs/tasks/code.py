@@ -76,6 +76,19 @@ def code_problem(row: Mapping[str, Any], shown_tests: int = 1) -> CodeProblem:
     )
 
 
+def code_golden(problem: CodeProblem) -> GoldenSolution | None:
+    """The golden episode of a code problem: run the reference on the shown tests, then answer with it
+    (``None`` without a reference solution)."""
+    if problem.reference is None:
+        return None
+    check = f"{problem.reference.rstrip()}\n\n{problem.examples}\nprint('The example tests pass.')"
+    return GoldenSolution(
+        answer=problem.reference,
+        programs=(check,),
+        final=f"Here is my solution:\n```python\n{problem.reference.rstrip()}\n```",
+    )
+
+
 def _mbpp_problem(row: Mapping[str, Any], shown_tests: int) -> CodeProblem:
     asserts = [str(test) for test in row["test_list"]]
     if not asserts:
@@ -163,12 +176,4 @@ class CodeTestTasks(LoadedTasks):
         return list(code_problem(row, self.shown_tests).tests)
 
     def golden(self, row: Row) -> GoldenSolution | None:
-        problem = code_problem(row, self.shown_tests)
-        if problem.reference is None:
-            return None
-        check = f"{problem.reference.rstrip()}\n\n{problem.examples}\nprint('The example tests pass.')"
-        return GoldenSolution(
-            answer=problem.reference,
-            programs=(check,),
-            final=f"Here is my solution:\n```python\n{problem.reference.rstrip()}\n```",
-        )
+        return code_golden(code_problem(row, self.shown_tests))

@@ -12,7 +12,7 @@ from agentfly_envs.tasks.base import Row, TaskSource
 DataFiles = str | os.PathLike | Sequence[str | os.PathLike] | Mapping[str, str | os.PathLike | Sequence[str]]
 """A JSON (list of rows), JSONL or parquet file, a list of them, or ``{split: files}``."""
 
-_FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
 def _file_format(data_files: DataFiles) -> str:
@@ -20,11 +20,11 @@ def _file_format(data_files: DataFiles) -> str:
     if not isinstance(first, str | os.PathLike):
         first = next(iter(first))
     suffix = os.path.splitext(os.fspath(first))[1].lower()
-    if suffix not in _FILE_FORMATS:
+    if suffix not in FILE_FORMATS:
         raise DataUnavailableError(
             f"cannot tell the format of {os.fspath(first)!r}: use a .json (a list of rows), .jsonl or .parquet file"
         )
-    return _FILE_FORMATS[suffix]
+    return FILE_FORMATS[suffix]
 
 
 def load_rows(
@@ -54,6 +54,8 @@ def load_rows(
     """
     import datasets  # lazy: datasets takes ~1 s to import
 
+    quiet = not datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # "Generating train split" bars for a few local rows are noise
     try:
         if data_files is None:
             dataset = datasets.load_dataset(path, name, split=split)
@@ -68,6 +70,9 @@ def load_rows(
         raise DataUnavailableError(
             f"could not load split {split!r} of {source}: {type(e).__name__}: {e}\n{offline_hint}"
         ) from e
+    finally:
+        if not quiet:
+            datasets.enable_progress_bars()
     missing = [f for f in required_fields if f not in dataset.column_names]
     if missing:
         raise TaskFormatError(

@@ -1,6 +1,7 @@
 """``search``: finds passages with a retriever (see :mod:`agentfly_envs.retrieval`).
 
-Each env gets its own copy, with its own retriever. Options, via the env's ``tool_options``::
+Each env gets its own copy, with its own retriever. ``google_search`` is the same tool under AgentFly's name.
+Options, via the env's ``tool_options`` (keyed by the name the env uses)::
 
     {"search": {"backend": "context"}}                                  # the task's own paragraphs (default)
     {"search": {"backend": "bm25", "corpus_file": "wiki.jsonl"}}        # BM25 over a corpus file
@@ -29,10 +30,11 @@ class SearchTool(Tool):
     Args:
         retriever: The retriever; ``None`` builds the ``context`` backend.
         top_k: Passages returned per search.
+        name: The name the model calls it by (``google_search`` is AgentFly's).
     """
 
-    def __init__(self, retriever: Retriever | None = None, top_k: int = 3) -> None:
-        super().__init__(self.search, name="search")
+    def __init__(self, retriever: Retriever | None = None, top_k: int = 3, name: str = "search") -> None:
+        super().__init__(self.search, name=name)
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         self.retriever = retriever if retriever is not None else get_retriever("context")()
@@ -53,7 +55,7 @@ class SearchTool(Tool):
             retriever = get_retriever(backend)(**backend_options)
         elif backend_options:
             raise TypeError(f"pass either retriever= or backend options, not both (got {sorted(backend_options)})")
-        return SearchTool(retriever, top_k)
+        return SearchTool(retriever, top_k, self.name)
 
     def begin_episode(self, row: Mapping[str, Any]) -> None:
         """Lets the retriever index the task's own documents, if it uses them."""
@@ -93,3 +95,4 @@ def format_passages(passages: list[Passage]) -> str:
 
 
 TOOLS.add("search", SearchTool())
+TOOLS.add("google_search", SearchTool(name="google_search"))  # AgentFly's name for it

@@ -33,8 +33,8 @@ def test_unknown_name_suggests_close_match_and_lists_known():
 
 
 def test_builtin_registries_hold_what_the_readme_lists():
-    assert set(TOOLS) == {"answer", "calculator", "python", "python_executor", "search"}
+    assert set(TOOLS) == {"answer", "calculator", "google_search", "python", "python_executor", "search"}
     assert set(PARSERS) == {"code", "hermes", "react", "tool_calls"}
     assert set(REWARDS) == {"code_reward", "math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward"}
-    assert set(TASKS) == {"arithmetic", "code_tests", "gsm8k", "hotpotqa"}
+    assert set(TASKS) == {"arithmetic", "code_tests", "files", "gsm8k", "hotpotqa"}
     assert set(RETRIEVERS) == {"bm25", "context", "http"}

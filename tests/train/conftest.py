@@ -5,12 +5,18 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
+from agentfly_train.config import QUICKSTART, TrainConfig, load_config
 from tests.conftest import REPO_ROOT
+
+
+def quickstart_config(overrides: Sequence[str] = ()) -> TrainConfig:
+    """The quickstart preset (``python -m agentfly_train`` with no arguments) with ``overrides`` on top."""
+    return load_config(overrides, [QUICKSTART])
 
 
 def learning_tasks(num_tasks: int = 2) -> tuple[str, ...]:
@@ -50,12 +56,11 @@ def run_cli(command: list[str], timeout: float = 300) -> subprocess.CompletedPro
 def _warm_start(steps: int, num_tasks: int, directory: Path) -> Path:
     import gymnasium as gym
 
-    from agentfly_train.config import load_config
     from agentfly_train.models import load_policy
     from agentfly_train.sft import golden_token_rows, warm_start
     from agentfly_train.train import env_kwargs, make_codec, train_rows
 
-    config = load_config([*learning_tasks(num_tasks), f"sft.steps={steps}", "sft.lr=3e-3"])
+    config = quickstart_config([*learning_tasks(num_tasks), f"sft.steps={steps}", "sft.lr=3e-3"])
     env = gym.make(config.agent.env, **env_kwargs(config))
     rows = train_rows(config, env)
     model, tokenizer = load_policy(config)

@@ -49,6 +49,7 @@ def test_registries_hold_the_issue_names():
     assert set(alg.KL_PENALTIES) == base | {f"{k}+" for k in base} | {"full"}
     assert set(alg.LOSS_AGG_MODES) == {
         "token-mean",
+        "token-sum",
         "seq-mean-token-sum",
         "seq-mean-token-mean",
         "seq-mean-token-sum-norm",
@@ -370,6 +371,7 @@ LOSS_MASK = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]])  # the last row is e
     ("mode", "expected"),
     [
         ("token-mean", (1 + 2 + 4) / 3),
+        ("token-sum", 1 + 2 + 4),
         ("seq-mean-token-sum", ((1 + 2) + 4) / 2),  # the empty row does not count as a sequence
         ("seq-mean-token-mean", ((1 + 2) / 2 + 4) / 2),
         ("seq-mean-token-sum-norm", ((1 + 2) + 4) / 2 / 3),  # T = 3
@@ -386,7 +388,7 @@ def test_agg_loss_counts_exactly_for_bfloat16_losses(mode):
     loss = torch.full((1, 5000), 3.0, dtype=torch.bfloat16)
     loss[0, 0] = 50.0
     mask = (torch.arange(5000) < 4097)[None]  # 4097 tokens: not a bfloat16 number
-    expected = {"token-mean": (50 + 3 * 4096) / 4097, "seq-mean-token-sum": 50 + 3 * 4096}
+    expected = {"token-mean": (50 + 3 * 4096) / 4097, "seq-mean-token-sum": 50 + 3 * 4096, "token-sum": 50 + 3 * 4096}
     expected["seq-mean-token-mean"], expected["seq-mean-token-sum-norm"] = (
         expected["token-mean"],
         (50 + 3 * 4096) / 5000,
@@ -420,6 +422,50 @@ def test_policy_loss_asymmetric_clip_and_masking():
     loss, metrics = alg.policy_loss(old, new, advantages, torch.tensor([[1, 1, 0]]), 0.2, 0.28, 3.0)
     close(loss, (-1.25 + -1.28) / 2)  # 1.25 is inside [0.8, 1.28]; 1.35 is clipped to 1.28
     close(metrics["pg_clipfrac"], 0.5)
+
+
+def test_policy_loss_weights_scale_each_tokens_loss_and_gradient():
+    advantages, old = torch.tensor([[1.0, -2.0, 0.5]]), torch.zeros(1, 3)
+    weights = torch.tensor([[2.0, 0.5, 0.0]])
+    new = torch.zeros(1, 3, requires_grad=True)
+    loss, _ = alg.policy_loss(old, new, advantages, torch.ones(1, 3), weights=weights)
+    close(loss.detach(), (-1.0 * 2.0 + 2.0 * 0.5 + 0.0) / 3)  # ratio 1: loss -A·w per token, token-mean
+    loss.backward()
+    close(new.grad, [[-2.0 / 3, 1.0 / 3, 0.0]])
+    unweighted, _ = alg.policy_loss(old, new, advantages, torch.ones(1, 3), weights=torch.ones(1, 3))
+    close(unweighted, alg.policy_loss(old, new, advantages, torch.ones(1, 3))[0])
+
+
+def test_rollout_is_weights_token_level_truncate_and_mask():
+    log_ratio = torch.tensor([[math.log(0.5), math.log(3.0), math.log(1.5), 9.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    weights, metrics = alg.rollout_is_weights(log_ratio, mask, "token", 2.0)
+    close(weights, [[0.5, 2.0, 1.5, 0.0]])  # 3.0 truncated at 2; the masked token gets 0
+    close(metrics["rollout_is_mean"], (0.5 + 2.0 + 1.5) / 3)  # the weights applied
+    close(metrics["rollout_is_raw_min"], 0.5)
+    close(metrics["rollout_is_raw_max"], 3.0)  # before truncation
+    close(metrics["rollout_is_clipped_frac"], 1 / 3)
+    weights, metrics = alg.rollout_is_weights(log_ratio, mask, "token", "0.8_2.0")
+    close(weights, [[0.0, 0.0, 1.5, 0.0]])  # IcePop: outside [0.8, 2] is dropped, not truncated
+    close(metrics["rollout_is_clipped_frac"], 2 / 3)
+
+
+def test_rollout_is_weights_sequence_level_and_bad_arguments():
+    log_ratio = torch.tensor([[math.log(2.0), math.log(2.0), 5.0], [math.log(0.5), 0.0, 0.0], [1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
+    weights, metrics = alg.rollout_is_weights(log_ratio, mask, "sequence", "5")
+    close(weights, [[4.0, 4.0, 0.0], [0.5, 0.5, 0.5], [0.0, 0.0, 0.0]])  # the product over each row's valid tokens
+    close(metrics["rollout_is_mean"], (2 * 4.0 + 3 * 0.5) / 5)  # over valid tokens
+    close(metrics["rollout_is_raw_max"], 4.0)
+    close(metrics["rollout_is_raw_min"], 0.5)  # the row without valid tokens is not a sequence
+    close(alg.rollout_is_weights(log_ratio, mask, "sequence", 3.0)[0][0], [3.0, 3.0, 0.0])
+    with pytest.raises(ValueError, match="rollout_is='tok'"):
+        alg.rollout_is_weights(log_ratio, mask, "tok")
+    for bad in ("0", "-1", "2_1", "a_b", "x"):
+        with pytest.raises(ValueError, match=r"lower_upper|upper bound"):
+            alg.parse_is_threshold(bad)
+    assert alg.parse_is_threshold(2) == (None, 2.0)
+    assert alg.parse_is_threshold("0.5_5.0") == (0.5, 5.0)
 
 
 def test_value_loss_clips_around_old_values():
@@ -543,6 +589,18 @@ def test_losses_match_verl(verl, mode):
     verl_v, verl_clip = core_algos.compute_value_loss(vpreds, returns, values, mask, 0.5, mode)
     torch.testing.assert_close(ours_v, verl_v, atol=1e-6, rtol=0)
     torch.testing.assert_close(ours_clip, verl_clip, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(("level", "threshold"), [("token", "2.0"), ("sequence", "3.0"), ("token", "0.5_1.5")])
+def test_rollout_is_weights_match_verl(verl, level, threshold):
+    helper = pytest.importorskip("verl.trainer.ppo.rollout_corr_helper")
+    batch = edge_case_batch()
+    mask = batch["mask"]
+    log_ratio = 0.3 * (batch["logprob"] - batch["ref"]) * (0.1 if level == "sequence" else 1.0)
+    ours, metrics = alg.rollout_is_weights(log_ratio, mask, level, threshold)
+    theirs, verl_metrics = helper.compute_rollout_correction_weights(log_ratio, mask, level, threshold)
+    same_on_valid(ours, theirs, mask, atol=1e-5)
+    assert metrics["rollout_is_mean"].item() == pytest.approx(verl_metrics["rollout_is_mean"], rel=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["kl", "low_var_kl"])

@@ -40,7 +40,9 @@ def test_outcome_reward_sits_on_the_last_sampled_token():
     assert rewards.tolist() == [[0, 0, 0, 0, 0.5, 0], [0, 0, 0, 0, 0, -1.0], [2.0, 0, 0, 0, 0, 0]]
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+)
 def test_micro_batch_losses_with_the_step_denominator_add_up_to_the_whole_batch_loss(mode, accelerator):
     torch.manual_seed(0)
     mask = torch.tensor([[1, 1, 0, 1], [1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agentfly_train.config import TINY_MODEL, ConfigError, TrainConfig, config_keys, load_config
+from agentfly_train.config import QUICKSTART, TINY_MODEL, ConfigError, TrainConfig, config_keys, load_config
 from agentfly_train.trl_args import batch_layout, critic_settings, grpo_config, rl_settings
+from tests.train.conftest import quickstart_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -75,20 +76,101 @@ def test_every_contract_key_exists():
     assert set(CONTRACT_KEYS) <= set(config_keys())
 
 
-def test_defaults_are_the_offline_quickstart():
-    config = load_config()
+def test_the_quickstart_preset_is_the_offline_tiny_job():
+    config = quickstart_config()
     assert isinstance(config, TrainConfig)
     assert config.model_path == TINY_MODEL and config.agent.env == "agentfly/Arith-Calc"
     assert config.trainer.default_local_dir == "runs/agentfly/quickstart"  # interpolation resolved
-    assert config.backend == "hf"
+    assert config.backend == "hf" and config.sft.enable
+    assert quickstart_config() == load_config(config_files=["quickstart"])  # --config quickstart
 
 
-def test_overrides_are_typed_and_nested():
+def test_defaults_are_the_training_guides(tmp_path):
+    data = tmp_path / "train.json"
+    data.write_text('[{"question": "1+1?", "answer": "2"}]')
+    config = load_config([f"data.train_files={data}", "actor_rollout_ref.model.path=agentfly:tiny"])
+    algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
+    assert algorithm.adv_estimator == "gae" and (algorithm.gamma, algorithm.lam) == (1.0, 1.0)
+    kl = algorithm.kl_ctrl
+    assert (kl.kl_coef, kl.target_kl, kl.horizon) == (0.001, 0.1, 10_000)
+    assert actor.use_kl_loss and actor.entropy_coeff == 0.001
+    trainer = config.trainer
+    assert trainer.val_before_train and (trainer.save_freq, trainer.test_freq, trainer.critic_warmup) == (-1, -1, 0)
+    assert (trainer.n_gpus_per_node, trainer.nnodes) == (8, 1)
+    assert config.actor_rollout_ref.rollout.gpu_memory_utilization == 0.5
+    assert not config.sft.enable and config.agent.max_tokens_per_turn >= 1024  # nothing tiny-model specific
+    assert config.agent.env is None and config.env_id == "agentfly/Files"
+    assert config.data.train_files == [str(data)]  # a string is a list of one file
+
+
+def test_guide_keys_are_accepted(tmp_path):
+    data = tmp_path / "train.json"
+    data.write_text('[{"question": "1+1?", "answer": "2"}]')
     config = load_config(
+        [
+            f"data.train_files={data}",
+            f"data.val_files=[{data},{data}]",
+            "agent.init_args.model_name_or_path=agentfly:tiny",
+            "agent.init_args.tools=[google_search,answer]",
+            "agent.tool_options={google_search: {backend: http, url: 'http://127.0.0.1:9'}}",
+            "data.val_batch_size=4",
+            "critic.ppo_mini_batch_size=4",
+            "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+            "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+            "trainer.critic_warmup=1",
+            "agent.num_chains=1",
+            "algorithm.adv_estimator=reinforce_plus_plus",
+            "trainer.critic_warmup=0",
+        ]
+    )
+    assert config.data.val_files == [str(data), str(data)] and config.agent.tools == ["google_search", "answer"]
+    assert config.actor_rollout_ref.ref.fsdp_config.param_offload
+    assert grpo_config(config, world_size=1, device="cpu").num_generations == 1  # one chain per prompt
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ([], "no tasks: set data.train_files"),
+        (["data.train_files=missing.json"], "data.train_files: file 'missing.json' does not exist"),
+        (["data.train_files=[]"], "data.train_files must be a file path or a list of them"),
+        (["agent.env=agentfly/Arith-Calc"], "no model: set actor_rollout_ref.model.path"),
+        (["agent.env=agentfly/Arith-Calc", "actor_rollout_ref.model.path=./no/such/dir"], "no such directory"),
+        (
+            [
+                "agent.env=agentfly/Arith-Calc",
+                "agent.model_name_or_path=agentfly:tiny",
+                "agent.num_chains=1",
+                "algorithm.adv_estimator=grpo",
+            ],
+            "set agent.num_chains >= 2",
+        ),
+        (
+            [
+                "agent.env=agentfly/Arith-Calc",
+                "agent.model_name_or_path=agentfly:tiny",
+                "agent.tools=[calculator]",
+                "agent.tool_options={search: {backend: bm25}}",
+            ],
+            "agent.tool_options has options for ['search']",
+        ),
+    ],
+)
+def test_guide_style_configs_fail_with_the_key_and_the_fix(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        load_config(overrides)
+    assert message in str(error.value)
+
+
+def test_overrides_are_typed_and_nested(tmp_path):
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text('{"question": "q", "answer": "a"}\n')
+    config = quickstart_config(
         [
             "actor_rollout_ref.actor.optim.lr=3e-6",
             "agent.num_chains=4",
-            "data.train_files=[a.jsonl,b.jsonl]",
+            f"data.train_files=[{tmp_path / 'a.jsonl'},{tmp_path / 'b.jsonl'}]",
             "trainer.logger=[console,wandb]",
             "trainer.experiment_name=x",
             "algorithm.kl_ctrl.type=adaptive",
@@ -96,18 +178,18 @@ def test_overrides_are_typed_and_nested():
     )
     assert config.actor_rollout_ref.actor.optim.lr == 3e-6
     assert config.agent.num_chains == 4
-    assert config.data.train_files == ["a.jsonl", "b.jsonl"]
+    assert config.data.train_files == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
     assert config.trainer.logger == ["console", "wandb"]
     assert config.trainer.default_local_dir == "runs/agentfly/x"
     assert config.algorithm.kl_ctrl.type == "adaptive"
 
 
 def test_agentfly_init_args_spelling_is_accepted_on_the_command_line_and_in_yaml(tmp_path):
-    config = load_config(["agent.init_args.max_turns=7", "agent.init_args.backend=hf"])
+    config = quickstart_config(["agent.init_args.max_turns=7", "agent.init_args.backend=hf"])
     assert config.agent.max_turns == 7 and config.backend == "hf"
     path = tmp_path / "c.yaml"
     path.write_text("agent:\n  init_args:\n    num_chains: 3\n    agent_type: react\n")
-    config = load_config(config_files=[path])
+    config = load_config(config_files=[QUICKSTART, path])
     assert config.agent.num_chains == 3 and config.agent.agent_type == "react"
 
 
@@ -125,20 +207,44 @@ def test_agentfly_init_args_spelling_is_accepted_on_the_command_line_and_in_yaml
         ("agent.reward_name=f1", "agent.reward_name"),
         ("agent.tools=[calculater]", "did you mean 'calculator'"),
         ("data.train_batch_size=0", "must be > 0"),
-        ("actor_rollout_ref.rollout.name=vllm", "vLLM"),
         ("trainer.resume_mode=resume_path", "needs trainer.resume_from_path"),
         ("actor_rollout_ref.actor.ppo_mini_batch_size=3", "multiple of"),
-        ("actor_rollout_ref.actor.loss_agg_mode=token-sum", "did you mean 'token-mean'"),
+        ("actor_rollout_ref.actor.loss_agg_mode=token-summ", "did you mean 'token-sum'"),
         ("actor_rollout_ref.actor.clip_ratio_c=1.0", "must be > 1"),
         ("actor_rollout_ref.actor.kl_loss_type=full+", "did you mean 'full'"),  # no straight-through full KL
         ("algorithm.gamma=1.5", "algorithm.gamma must be in [0, 1]"),
         ("trainer.critic_warmup=2", "only algorithm.adv_estimator=gae has one"),
+        ("algorithm.rollout_correction.rollout_is=sequnce", "did you mean 'sequence'"),
+        ("algorithm.rollout_correction.rollout_is_threshold=0", "rollout_is_threshold: '0'"),
+        ("algorithm.rollout_correction.rollout_is_threshold='5_0.5'", "0 <= lower < upper"),
+        ("algorithm.rollout_correction.rollout_rs=seq_sum_k1", "unknown config key"),
     ],
 )
 def test_bad_keys_and_values_fail_naming_the_key_and_the_closest_valid_ones(override, message):
     with pytest.raises(ConfigError) as error:
-        load_config([override])
+        quickstart_config([override])
     assert message in str(error.value)
+
+
+def test_vllm_settings_are_checked_before_anything_loads():
+    from agentfly_train.generation.vllm import vllm_available
+
+    with pytest.raises(ConfigError, match="mode=server is not available yet" if vllm_available() else "pip install"):
+        quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=server"])
+    with pytest.raises(ConfigError, match=r"rollout\.mode='remote' is not one of"):
+        quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=remote"])
+
+
+def test_rollout_correction_keys_take_verls_values():
+    for threshold, expected in (("2.0", "2.0"), ("3", "3"), ("'0.5_5.0'", "0.5_5.0")):
+        config = quickstart_config(
+            [
+                "algorithm.rollout_correction.rollout_is=sequence",
+                f"algorithm.rollout_correction.rollout_is_threshold={threshold}",
+            ]
+        )
+        assert config.algorithm.rollout_correction.rollout_is == "sequence"
+        assert config.algorithm.rollout_correction.rollout_is_threshold == expected
 
 
 def test_unknown_key_in_a_yaml_file_names_the_file(tmp_path):
@@ -156,7 +262,7 @@ def test_missing_config_file():
 def test_the_cli_reports_config_errors_before_loading_a_model(capsys):
     from agentfly_train.__main__ import main
 
-    assert main(["agent.max_turn=3"]) == 2
+    assert main(["--config", "quickstart", "agent.max_turn=3"]) == 2
     assert "did you mean agent.max_turns" in capsys.readouterr().err
 
 
@@ -182,7 +288,7 @@ def test_the_cli_reports_config_errors_before_loading_a_model(capsys):
 )
 def test_unsupported_algorithm_combinations_fail_with_the_fix(overrides, message):
     with pytest.raises(ConfigError) as error:
-        load_config(overrides)
+        quickstart_config(overrides)
     assert message in str(error.value)
 
 
@@ -190,7 +296,7 @@ def test_unsupported_algorithm_combinations_fail_with_the_fix(overrides, message
     "estimator", ["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gae", "opo", "gpg"]
 )
 def test_every_estimator_is_accepted_with_kl_in_reward_and_kl_loss(estimator):
-    config = load_config(
+    config = quickstart_config(
         [
             f"algorithm.adv_estimator={estimator}",
             "algorithm.use_kl_in_reward=true",
@@ -205,7 +311,6 @@ def test_every_estimator_is_accepted_with_kl_in_reward_and_kl_loss(estimator):
 @pytest.mark.parametrize(
     ("name", "env", "estimator"),
     [
-        ("quickstart.yaml", "agentfly/Arith-Calc", "grpo"),
         ("gsm8k_calc_grpo.yaml", "agentfly/GSM8K-Calc", "grpo"),
         ("react_search_rpp.yaml", "agentfly/HotpotQA-Search", "reinforce_plus_plus"),
         ("code_grpo.yaml", "agentfly/Code-Tests", "grpo"),
@@ -216,12 +321,8 @@ def test_shipped_configs_load(name, env, estimator):
     assert config.agent.env == env and config.algorithm.adv_estimator == estimator
 
 
-def test_the_defaults_are_the_quickstart_config():
-    assert load_config(config_files=[CONFIGS / "quickstart.yaml"]) == load_config()
-
-
 def test_mapping_onto_grpo_config():
-    config = load_config(
+    config = quickstart_config(
         [
             "data.train_batch_size=8",
             "agent.num_chains=4",
@@ -252,13 +353,13 @@ def test_mapping_onto_grpo_config():
 
 
 def test_reference_model_switch():
-    assert grpo_config(load_config(), world_size=1, device="cpu").beta == 0.0
-    kl_in_reward = load_config(["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.02"])
+    assert grpo_config(quickstart_config(), world_size=1, device="cpu").beta == 0.0
+    kl_in_reward = quickstart_config(["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.02"])
     assert grpo_config(kl_in_reward, world_size=1, device="cpu").beta == 0.02
 
 
 def test_critic_batch_layout():
-    config = load_config(
+    config = quickstart_config(
         [
             "algorithm.adv_estimator=gae",
             "data.train_batch_size=8",
@@ -271,24 +372,24 @@ def test_critic_batch_layout():
     settings = critic_settings(config, world_size=2)
     assert (settings.mini_batch, settings.micro_batch, settings.epochs) == (8, 2, 3)  # 4 prompts x 4 chains / 2
     with pytest.raises(ConfigError, match=r"critic\.ppo_micro_batch_size_per_gpu=3"):
-        critic_settings(load_config(["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=3"]), 1)
+        critic_settings(quickstart_config(["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=3"]), 1)
 
 
 def test_batch_layout_over_devices():
-    config = load_config(
+    config = quickstart_config(
         ["data.train_batch_size=8", "agent.num_chains=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
     )
     layout = batch_layout(config, world_size=4)
     assert (layout.micro_batch, layout.grad_accum, layout.steps_per_rollout) == (4, 4, 1)
     assert layout.micro_batch * layout.grad_accum * 4 == 64
     with pytest.raises(ConfigError, match="do not split"):
-        batch_layout(load_config(["data.train_batch_size=1", "agent.num_chains=3"]), world_size=2)
+        batch_layout(quickstart_config(["data.train_batch_size=1", "agent.num_chains=3"]), world_size=2)
 
 
 def test_a_batch_larger_than_the_training_set_fails_before_any_training(tmp_path):
     from agentfly_train.train import run
 
-    config = load_config(
+    config = quickstart_config(
         [
             "agent.env_kwargs={level: single, num_tasks: 2}",
             "data.train_batch_size=4",

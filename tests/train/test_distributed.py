@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
+from agentfly_train.report.charts import chart_data
 from tests.train.conftest import run_cli
 from tests.train.test_resume import PPO_WITH_KL_IN_REWARD, SMALL_RUN
 
@@ -22,7 +23,18 @@ def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path):
     launcher = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which("accelerate")
     assert launcher, "accelerate's launcher is part of the train extra"
     overrides = [*SMALL_RUN, *PPO_WITH_KL_IN_REWARD, "actor_rollout_ref.actor.use_kl_loss=true"]
-    command = [launcher, "launch", "--cpu", "--num_processes", "2", "-m", "agentfly_train", "--no-progress"]
+    command = [
+        launcher,
+        "launch",
+        "--cpu",
+        "--num_processes",
+        "2",
+        "-m",
+        "agentfly_train",
+        "--no-progress",
+        "--config",
+        "quickstart",
+    ]
     done = run_cli([*command, *overrides, f"trainer.default_local_dir={tmp_path}"])
     assert done.returncode == 0, done.stderr[-3000:]
     records = MetricsFile(tmp_path / "metrics.jsonl").read()
@@ -32,6 +44,12 @@ def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path):
     state = json.loads((tmp_path / "checkpoint-4" / "algorithm_state.json").read_text())
     assert state["kl_ctrl"]["value"] < records[-1]["actor/reward_kl_penalty_coeff"]  # updated after step 4's use
     _critic_checkpoint_resumes_on_one_process(tmp_path / "checkpoint-4" / "critic")
+    # The run report, written once by the main process, plots the critic and both KL terms.
+    assert (tmp_path / "report.html").is_file() and "could not write" not in done.stdout
+    charts = {chart["title"]: chart for group in chart_data(records) for chart in group["charts"]}
+    assert {"critic/vf_loss"} == {series["key"] for series in charts["Critic loss"]["series"]}
+    assert {"actor/kl_loss", "actor/reward_kl_penalty"} <= {series["key"] for series in charts["KL"]["series"]}
+    assert "Explained variance" in charts
 
 
 def _critic_checkpoint_resumes_on_one_process(directory) -> None:

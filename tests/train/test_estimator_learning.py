@@ -11,9 +11,8 @@ from dataclasses import dataclass
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from agentfly_train.config import load_config
 from agentfly_train.train import run
-from tests.train.conftest import WARM_START_STEPS, learning_tasks
+from tests.train.conftest import WARM_START_STEPS, learning_tasks, quickstart_config
 
 pytestmark = pytest.mark.slow
 
@@ -41,9 +40,9 @@ ESTIMATORS = {
     "rloo": Setting(),
     "reinforce_plus_plus": Setting(),
     "reinforce_plus_plus_baseline": Setting(),
-    "remax": Setting(),
+    "remax": Setting(steps=16),
     "opo": Setting(),
-    "gpg": Setting(),
+    "gpg": Setting(steps=16),
     # Pass@k credits only a group's best episode, and only when it alone succeeds: with 16 chains at a success
     # rate of 0.4 that almost never happens. Groups of 4 over 8 tasks give it a signal.
     "grpo_passk": Setting(steps=36, num_tasks=8, extra=("agent.num_chains=4", "data.train_batch_size=8")),
@@ -68,14 +67,16 @@ def test_mean_reward_rises(estimator, warm_policies, tmp_path):
         f"actor_rollout_ref.model.path={warm_policies(setting.warm_start_steps, setting.num_tasks)}",
         f"trainer.default_local_dir={tmp_path}",
     ]
-    run(load_config(overrides), show_progress=False)
+    run(quickstart_config(overrides), show_progress=False)
     records = MetricsFile(tmp_path / "metrics.jsonl").read()
     rewards = [record["reward/mean"] for record in records]
     assert len(rewards) == steps
     first, last = statistics.fmean(rewards[:3]), statistics.fmean(rewards[-3:])
+    print(f"{estimator}: mean reward {first:.2f} over the first 3 steps, {last:.2f} over the last 3")  # README figures
     assert last >= first + 0.2, f"{estimator}: mean reward {first:.2f} over the first 3 steps, {last:.2f} the last 3"
     if estimator == "gae":
         # A median: a batch whose episodes all have the same return has Var(R) = 0 and an unbounded ratio.
         explained = [record["critic/vf_explained_var"] for record in records]
         early, late = statistics.median(explained[:3]), statistics.median(explained[steps // 2 :])
+        print(f"gae: explained variance {early:.2f} (steps 1-3), {late:.2f} (second half)")
         assert early < 0 < late, f"explained variance: median {early:.2f} over steps 1-3, {late:.2f} second half"

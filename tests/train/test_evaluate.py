@@ -11,6 +11,8 @@ def test_eval_command_writes_one_trajectory_per_validation_row(tmp_path, capsys)
     status = main(
         [
             "eval",
+            "--config",
+            "quickstart",
             "data.val_size=3",
             "actor_rollout_ref.model.tiny_hidden_size=32",
             "agent.max_tokens_per_turn=8",

@@ -12,8 +12,8 @@ import statistics
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from agentfly_train.config import load_config
 from agentfly_train.train import run
+from tests.train.conftest import quickstart_config
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ quickstart figures, from this same run, show about twice that (reward 0.12 -> 0.
 
 
 def test_the_quickstart_run_learns_with_grpo(tmp_path):
-    config = load_config([f"trainer.default_local_dir={tmp_path}"])  # the defaults are the quickstart
+    config = quickstart_config([f"trainer.default_local_dir={tmp_path}"])  # the defaults are the quickstart
     result = run(config, show_progress=False)
     history = [r for r in MetricsFile(tmp_path / "metrics.jsonl").read() if "reward/mean" in r]
     assert [r["step"] for r in history] == list(range(1, config.trainer.total_training_steps + 1))

@@ -36,6 +36,8 @@ def _command(run_dir: Path, *extra: str) -> list[str]:
         "-m",
         "agentfly_train",
         "--no-progress",
+        "--config",
+        "quickstart",
         *SMALL_RUN,
         f"trainer.default_local_dir={run_dir}",
         *extra,
@@ -113,8 +115,8 @@ def test_resume_path_must_be_a_checkpoint(tmp_path):
 
 
 def test_auto_resume_skips_a_checkpoint_left_half_written(tmp_path):
-    from agentfly_train.config import load_config
     from agentfly_train.train import resume_checkpoint
+    from tests.train.conftest import quickstart_config
 
     complete, half_written = ("model.safetensors", "trainer_state.json"), ("model.safetensors",)
     for step, files in ((2, complete), (10, complete), (11, half_written)):
@@ -122,9 +124,9 @@ def test_auto_resume_skips_a_checkpoint_left_half_written(tmp_path):
         for name in files:
             (tmp_path / f"checkpoint-{step}" / name).write_text("{}")
     (tmp_path / "checkpoint-final").mkdir()
-    config = load_config([f"trainer.default_local_dir={tmp_path}"])
+    config = quickstart_config([f"trainer.default_local_dir={tmp_path}"])
     assert resume_checkpoint(config) == str(tmp_path / "checkpoint-10")  # 11 was killed mid-save; 10 > 2 numerically
-    assert resume_checkpoint(load_config([f"trainer.default_local_dir={tmp_path / 'new'}"])) is None
+    assert resume_checkpoint(quickstart_config([f"trainer.default_local_dir={tmp_path / 'new'}"])) is None
 
 
 def test_resuming_a_run_killed_after_its_last_checkpoint_trains_no_more(tmp_path):

@@ -216,3 +216,28 @@ def test_template_that_drops_past_turns_is_rejected_at_start_up(setup, tiny_toke
     with pytest.raises(TemplateError, match="not prefix-preserving"):
         codec.check_prefix_preserving(info["messages"], [*envs[0].unwrapped.golden_actions()[:1], "42", "done"])
     ChatCodec(tiny_tokenizer, info["tools"]).check_prefix_preserving(info["messages"], ["a", "42", "done"])
+
+
+def test_episodes_record_parsed_calls_error_kinds_and_reward_components(setup):
+    envs, codec, tasks, executor = setup
+    scripts = golden_scripts(envs[:1], codec, tasks[:1])
+    prompt, golden = next(iter(scripts.items()))
+    bad_json, unknown = "<tool_call>{not json</tool_call>", '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
+    assert len(golden) <= 3  # the envs allow 4 turns: one bad turn, then the golden episode
+    policy = ScriptedPolicy(codec, {prompt: [f"{bad_json}\n{unknown}", *golden]})
+    budgets = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=2048)
+    (trajectory,) = run_rollouts(envs[:1], tasks[:1], policy, codec, budgets, SamplingParams(), executor)
+    assert trajectory.correct and trajectory.num_turns == 1 + len(golden)
+    assert len(trajectory.turn_calls) == trajectory.num_turns
+    # The env's parsed calls come first, then one {"error": ...} per call it could not parse.
+    assert trajectory.turn_calls[0][0]["function"]["name"] == "nope"
+    assert "not valid JSON" in trajectory.turn_calls[0][1]["error"]
+    assert trajectory.turn_calls[1][0]["function"]["name"] == "calculator" and trajectory.turn_calls[-1] == []
+    assert trajectory.error_counts["parse_error"] == 1 and trajectory.error_counts["unknown_tool"] == 1
+    assert trajectory.reward_components["correct"] == 1.0
+    stats = summarize([trajectory])
+    calls = trajectory.num_tool_calls
+    assert stats["episode/tool_error_rate/parse_error"] == pytest.approx(1 / calls)
+    assert stats["episode/tool_error_rate/unknown_tool"] == pytest.approx(1 / calls)
+    assert stats["episode/tool_error_rate/tool_error"] == 0.0
+    assert stats["episode/tool_error_rate"] == pytest.approx(2 / calls)

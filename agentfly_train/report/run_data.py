@@ -1,0 +1,126 @@
+"""Reading a run directory for the report, tolerating what a killed, young or validation-less run leaves.
+
+Every file is optional. A line that is not a JSON object (the last line of a run killed mid-write) is
+skipped and named in :attr:`RunData.problems`; nothing here raises on the contents of a run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SAMPLE_DIRS = {"val": "val_samples", "train": "train_samples"}
+"""Episode splits -> their directory in the run (one ``step_<N>.jsonl`` file per step)."""
+_STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
+
+
+@dataclass
+class RunData:
+    """What the report shows.
+
+    Attributes:
+        run_dir: The run directory.
+        metrics: ``metrics.jsonl`` records (each has an int ``step``), in file order.
+        samples: Split (``val``/``train``) -> step -> episode records (``trajectory_record`` lines).
+        config: ``config.json``, if readable.
+        result: ``result.json``, if readable.
+        problems: One sentence per thing missing or unreadable.
+    """
+
+    run_dir: Path
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    samples: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def _no_constant(name: str) -> None:
+    """``NaN``/``Infinity`` (Python's JSON extension) become null: the page's JSON must be strict."""
+    return None
+
+
+def read_jsonl(path: Path, problems: list[str]) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file; unreadable lines are skipped and reported in ``problems``."""
+    records = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as error:
+        problems.append(f"{path.name}: cannot be read ({error.strerror})")
+        return []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line, parse_constant=_no_constant)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            last = (
+                " (the last line: still being written, or the run was killed mid-write)" if number == len(lines) else ""
+            )
+            problems.append(f"{path.parent.name}/{path.name} line {number} is not a JSON object{last}; skipped")
+            continue
+        records.append(record)
+    return records
+
+
+def _read_json(path: Path, problems: list[str]) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(errors="replace"), parse_constant=_no_constant)
+    except (OSError, json.JSONDecodeError):
+        value = None
+    if not isinstance(value, dict):
+        problems.append(f"{path.name} is not a JSON object; ignored")
+        return {}
+    return value
+
+
+def _metrics(run_dir: Path, problems: list[str]) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        problems.append("no metrics.jsonl: the run has not logged a step yet (no curves)")
+        return []
+    records = []
+    for record in read_jsonl(path, problems):
+        if isinstance(record.get("step"), int):
+            records.append(record)
+        else:
+            problems.append("metrics.jsonl: a record without an integer step; skipped")
+    if not records:
+        problems.append("metrics.jsonl has no records yet (no curves)")
+    return records
+
+
+def _samples(run_dir: Path, split: str, problems: list[str]) -> dict[int, list[dict[str, Any]]]:
+    directory = run_dir / SAMPLE_DIRS[split]
+    steps: dict[int, list[dict[str, Any]]] = {}
+    for path in sorted(directory.glob("step_*.jsonl")) if directory.is_dir() else []:
+        match = _STEP_FILE.fullmatch(path.name)
+        if match:
+            episodes = [r for r in read_jsonl(path, problems) if isinstance(r.get("messages", []), list)]
+            steps[int(match.group(1))] = episodes
+    return dict(sorted(steps.items()))
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Everything the report shows from ``run_dir`` (which must exist), with a sentence per missing piece."""
+    run_dir = Path(run_dir)
+    data = RunData(run_dir=run_dir)
+    data.metrics = _metrics(run_dir, data.problems)
+    data.config = _read_json(run_dir / "config.json", data.problems)
+    data.result = _read_json(run_dir / "result.json", data.problems)
+    data.samples = {split: _samples(run_dir, split, data.problems) for split in SAMPLE_DIRS}
+    if not data.samples["val"]:
+        data.problems.append(
+            "no validation episodes (val_samples/): validation is off (data.val_size=0, trainer.test_freq=-1 "
+            "without trainer.val_before_train) or trainer.log_val_generations=0"
+        )
+    if not data.samples["train"]:
+        data.problems.append("no training episodes (train_samples/): set trainer.log_train_generations=N to save them")
+    return data
