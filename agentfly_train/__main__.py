@@ -4,7 +4,9 @@ With no arguments it runs the embedded quickstart (the packaged preset ``quickst
 ``--config quickstart``): a tiny local model on ``agentfly/Arith-Calc`` (SFT warm start on golden
 demonstrations, then multi-turn GRPO), on CPU, with no network, and prints validation accuracy before and
 after RL. With arguments, the defaults are those of AgentFly's training guide. Under
-``accelerate launch -m agentfly_train`` the same command trains on every process of the launch.
+``accelerate launch -m agentfly_train`` the same command trains on every process of the launch; with
+``trainer.launcher=ray`` (or ``RAY_ADDRESS`` set) it starts ``trainer.nnodes x trainer.n_gpus_per_node`` Ray
+Train workers on the cluster, each such a process.
 ``--dry-run`` resolves the configuration, builds the env and the tokenizer (not the model), prints what a run
 would do, and exits.
 
@@ -45,10 +47,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _train(config: TrainConfig, show_progress: bool) -> None:
+def _train(config: TrainConfig, show_progress: bool) -> int:
+    from agentfly_train.ray_launch import launch, wants_ray
     from agentfly_train.train import run
 
-    result = run(config, show_progress=show_progress)
+    if wants_ray(config):
+        try:
+            result = launch(config, show_progress=show_progress)
+        except RuntimeError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+    else:
+        result = run(config, show_progress=show_progress)
     before, after = result.val_before, result.val_after
     print(f"run directory: {result.run_dir} ({result.steps} steps)")
     if result.sft_loss is not None:
@@ -57,6 +67,7 @@ def _train(config: TrainConfig, show_progress: bool) -> None:
         print(f"validation before RL: accuracy {before['val/accuracy']:.3f}, reward {before['val/reward/mean']:.3f}")
     if after:
         print(f"validation after RL:  accuracy {after['val/accuracy']:.3f}, reward {after['val/reward/mean']:.3f}")
+    return 0
 
 
 def _eval(config: TrainConfig, samples: int) -> None:
@@ -105,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif command == "eval":
             _eval(config, args.samples)
         else:
-            _train(config, show_progress=not args.no_progress)
+            return _train(config, show_progress=not args.no_progress)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2

@@ -34,6 +34,7 @@ AGENT_TYPES = {"hf": "hermes", "react": "react", "code": "code"}
 BACKENDS = ("hf", "vllm")
 LOGGERS = ("console", "wandb", "tensorboard")
 RESUME_MODES = ("auto", "disable", "resume_path")
+LAUNCHERS = ("auto", "local", "ray")
 WHOLE_MAPPINGS = ("agent.env_kwargs", "data.val_env_kwargs")
 """Mappings that a config file, or an override of the whole key, replaces instead of merging into: the default's
 keys (``level``, ``task_seed``) belong to the default env. ``agent.env_kwargs.level=...`` still sets one key."""
@@ -403,8 +404,13 @@ class TrainerConfig:
         logger: Any of ``console`` (always on), ``wandb`` (offline without an API key), ``tensorboard``.
         total_training_steps: Rollout steps to run; ``null`` runs ``total_epochs`` over the data.
         total_epochs: Passes over the training rows when ``total_training_steps`` is ``null``.
-        nnodes: Nodes (checked against the Accelerate launch).
-        n_gpus_per_node: Devices per node (checked against the Accelerate launch on GPUs; not used on CPU).
+        nnodes: Nodes (checked against the Accelerate launch; with Ray, workers = ``nnodes x n_gpus_per_node``).
+        n_gpus_per_node: Devices per node (checked against the Accelerate launch on GPUs; with Ray on CPUs, the
+            CPU workers per node).
+        launcher: ``auto`` (on Ray when ``RAY_ADDRESS`` is set, else this process / the Accelerate launch),
+            ``local`` or ``ray`` (Ray Train workers on the cluster at ``RAY_ADDRESS``, the one ``ray start`` left
+            on this machine, or a new one-machine cluster; :mod:`agentfly_train.ray_launch`).
+        cpus_per_worker: CPUs Ray reserves for each training worker.
         save_freq: Checkpoint every this many steps (``-1``: never).
         test_freq: Validate every this many steps (``-1``: never).
         val_before_train: Validate before the first step.
@@ -427,6 +433,8 @@ class TrainerConfig:
     total_epochs: int = 1
     nnodes: int = 1
     n_gpus_per_node: int = 8
+    launcher: str = "auto"
+    cpus_per_worker: int = 1
     save_freq: int = -1
     test_freq: int = -1
     val_before_train: bool = True
@@ -648,6 +656,7 @@ def validate(config: TrainConfig) -> None:
     _check_choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, list(KL_PENALTIES))
     _check_choice("actor_rollout_ref.model.dtype", config.actor_rollout_ref.model.dtype, DTYPES)
     _check_choice("trainer.resume_mode", trainer.resume_mode, RESUME_MODES)
+    _check_choice("trainer.launcher", trainer.launcher, LAUNCHERS)
     for name in trainer.logger:
         _check_choice("trainer.logger", name, LOGGERS)
     _check_registered("agent.reward_name", "agentfly_envs.rewards", "REWARDS", [agent.reward_name])
@@ -666,6 +675,9 @@ def validate(config: TrainConfig) -> None:
         ("actor_rollout_ref.actor.optim.lr", actor.optim.lr),
         ("actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs),
         ("trainer.total_epochs", trainer.total_epochs),
+        ("trainer.nnodes", trainer.nnodes),
+        ("trainer.n_gpus_per_node", trainer.n_gpus_per_node),
+        ("trainer.cpus_per_worker", trainer.cpus_per_worker),
     ):
         _check_positive(key, value)
     _check_positive("trainer.total_training_steps", trainer.total_training_steps, allow_none=True)

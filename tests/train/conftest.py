@@ -38,14 +38,17 @@ WARM_START_STEPS = 60
 temperature 1 then solves about four episodes in ten (the failures are calculator calls with a wrong operand)."""
 
 
-def run_cli(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    command: list[str], timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Runs a command line from the repository root with this checkout's packages first on ``PYTHONPATH``
-    (whatever copy of them is installed), capturing its text output; a failure is returned, not raised."""
+    (whatever copy of them is installed) and ``env`` added to the environment, capturing its text output; a
+    failure is returned, not raised."""
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     return subprocess.run(
         command,
         cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": path},
+        env={**os.environ, **(env or {}), "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=timeout,

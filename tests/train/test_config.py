@@ -218,6 +218,8 @@ def test_agentfly_init_args_spelling_is_accepted_on_the_command_line_and_in_yaml
         ("algorithm.rollout_correction.rollout_is_threshold=0", "rollout_is_threshold: '0'"),
         ("algorithm.rollout_correction.rollout_is_threshold='5_0.5'", "0 <= lower < upper"),
         ("algorithm.rollout_correction.rollout_rs=seq_sum_k1", "unknown config key"),
+        ("trainer.launcher=rey", "did you mean 'ray'"),
+        ("trainer.cpus_per_worker=0", "trainer.cpus_per_worker must be > 0"),
     ],
 )
 def test_bad_keys_and_values_fail_naming_the_key_and_the_closest_valid_ones(override, message):

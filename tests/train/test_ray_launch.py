@@ -1,0 +1,148 @@
+"""Training on a real local Ray cluster (``ray start --head`` on 127.0.0.1, 2 CPUs) through the CLI.
+
+Two Ray Train workers (gloo) run the same job as two ``accelerate launch`` processes and log the same losses and
+rewards; a worker killed mid-run fails the run in one line and the same command resumes it; a cluster too small
+for the requested workers is refused in one line before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentfly_train.callbacks import MetricsFile
+from tests.train.conftest import run_cli
+
+pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (the ray extra)")
+pytestmark = pytest.mark.slow
+
+RUN = [
+    "--no-progress",
+    "--config",
+    "quickstart",
+    "sft.enable=false",
+    "data.train_batch_size=2",
+    "agent.num_chains=2",
+    "agent.max_tokens_per_turn=16",
+    "data.val_size=4",
+    "trainer.val_before_train=false",
+    "trainer.device=cpu",
+    "trainer.nnodes=1",
+    "trainer.n_gpus_per_node=2",
+    # the untrained policy fails every task (advantage 0): the entropy bonus makes each step move it
+    "actor_rollout_ref.actor.entropy_coeff=0.01",
+]
+
+
+NO_AUTH = {"RAY_AUTH_MODE": "disabled"}
+"""Ray 2.5x's token authentication is off for this throwaway loopback cluster (the drivers would need its token)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_address(tmp_path_factory):
+    """A 2-CPU Ray head on 127.0.0.1, stopped with its process group at the end."""
+    port = _free_port()
+    ray = Path(sys.executable).with_name("ray")
+    temp_dir = tmp_path_factory.mktemp("ray")
+    head = subprocess.Popen(
+        [str(ray), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
+         "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env={**os.environ, **NO_AUTH},
+    )  # fmt: skip
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.5)
+    yield address
+    os.killpg(head.pid, signal.SIGTERM)
+    try:
+        head.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(head.pid, signal.SIGKILL)
+
+
+def _train(ray_address: str, run_dir: Path, *overrides: str, timeout: float = 600):
+    command = [sys.executable, "-m", "agentfly_train", *RUN, f"trainer.default_local_dir={run_dir}", *overrides]
+    return run_cli(command, timeout=timeout, env={"RAY_ADDRESS": ray_address, **NO_AUTH})
+
+
+def _steps(run_dir: Path) -> list[dict]:
+    return [record for record in MetricsFile(run_dir / "metrics.jsonl").read() if "loss" in record]
+
+
+def test_two_ray_workers_train_as_two_accelerate_processes(ray_address, tmp_path):
+    done = _train(ray_address, tmp_path / "ray", "trainer.total_training_steps=2", "trainer.save_freq=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "run directory:" in done.stdout and "(2 steps)" in done.stdout
+    ray_steps = _steps(tmp_path / "ray")
+    assert [record["step"] for record in ray_steps] == [1, 2]  # each step logged once, by rank 0
+
+    launcher = Path(sys.executable).with_name("accelerate")
+    command = [str(launcher), "launch", "--num_processes=2", "--num_machines=1", "--mixed_precision=no",
+               "--dynamo_backend=no", "--cpu", "-m", "agentfly_train", *RUN, "trainer.launcher=local",
+               f"trainer.default_local_dir={tmp_path / 'accelerate'}", "trainer.total_training_steps=2"]  # fmt: skip
+    done = run_cli(command, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    accelerate_steps = _steps(tmp_path / "accelerate")
+    for ours, theirs in zip(ray_steps, accelerate_steps, strict=True):
+        for key in ("loss", "reward/mean", "actor/entropy", "episode/sampled_tokens"):
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (key, ours["step"])
+
+
+def test_a_killed_worker_fails_the_run_in_one_line_and_the_command_resumes_it(ray_address, tmp_path):
+    import psutil
+
+    command = [sys.executable, "-m", "agentfly_train", *RUN, f"trainer.default_local_dir={tmp_path}",
+               "trainer.total_training_steps=4", "trainer.save_freq=1"]  # fmt: skip
+    run = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RAY_ADDRESS": ray_address, **NO_AUTH},
+    )
+    deadline = time.monotonic() + 400
+    while not (tmp_path / "checkpoint-1" / "trainer_state.json").is_file() and time.monotonic() < deadline:
+        assert run.poll() is None, run.communicate()[1][-3000:]
+        time.sleep(0.5)
+    workers = [p for p in psutil.process_iter(["cmdline"]) if "RayTrainWorker" in " ".join(p.info["cmdline"] or ())]
+    assert workers, "no Ray Train worker process found"
+    workers[-1].kill()
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 1
+    message = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(message) == 1 and "a training worker failed" in message[0] and "resume" in message[0], stderr[-3000:]
+
+    done = _train(ray_address, tmp_path, "trainer.total_training_steps=4", "trainer.save_freq=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["steps"] == 4 and result["resumed_from"] is not None
+    assert _steps(tmp_path)[-1]["step"] == 4
+
+
+def test_too_few_cpus_for_the_workers_is_one_line_within_a_minute(ray_address, tmp_path):
+    start = time.monotonic()
+    done = _train(ray_address, tmp_path, "trainer.n_gpus_per_node=4", "trainer.total_training_steps=1")
+    assert time.monotonic() - start < 60
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "config error: the Ray cluster is too small: trainer.nnodes=1 x trainer.n_gpus_per_node=4 workers need "
+        "4 CPUs (it has 2); add nodes or lower the counts (or trainer.cpus_per_worker=1)"
+    ]
