@@ -312,7 +312,10 @@ class RolloutConfig:
         dtype: vLLM's weights: ``auto`` (the policy's training precision: float32, or bfloat16 with
             ``model.dtype`` resolving to it), ``float32``, ``bfloat16``, ``float16``.
         max_model_len: vLLM's longest prompt + completion, tokens (``null``: the model's own limit).
-        env_workers: Threads stepping the envs of one turn concurrently.
+        env_workers: Threads stepping the envs concurrently.
+        async_episodes: Each episode at its own pace: its next turn goes to the engine as soon as its env step
+            returns, and the engine batches whatever is pending (``null``: on with vLLM; the HF backend is turn by
+            turn only).
         log_prob_micro_batch_size_per_gpu: Sequences per forward pass when log-probabilities are recomputed
             (old policy, reference); ``null``: ``actor.ppo_micro_batch_size_per_gpu``.
     """
@@ -326,6 +329,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5
     tensor_model_parallel_size: int = 1
     env_workers: int = 8
+    async_episodes: bool | None = None
     log_prob_micro_batch_size_per_gpu: int | None = None
     mode: str = "colocate"
     enable_prefix_caching: bool = True
@@ -470,6 +474,12 @@ class TrainConfig:
     def model_path(self) -> str:
         """The policy model: ``agent.model_name_or_path`` if set, else ``actor_rollout_ref.model.path``."""
         return self.agent.model_name_or_path or self.actor_rollout_ref.model.path
+
+    @property
+    def async_episodes(self) -> bool:
+        """``actor_rollout_ref.rollout.async_episodes`` resolved (``null``: on with vLLM)."""
+        setting = self.actor_rollout_ref.rollout.async_episodes
+        return self.backend == "vllm" if setting is None else setting
 
     @property
     def backend(self) -> str:
@@ -650,6 +660,11 @@ def validate(config: TrainConfig) -> None:
     _validate_model_path(config)
     _check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
     _check_choice("actor_rollout_ref.rollout.name / agent.backend", config.backend, BACKENDS)
+    if config.async_episodes and config.backend != "vllm":
+        raise ConfigError(
+            "actor_rollout_ref.rollout.async_episodes=true needs rollout.name=vllm (a streaming engine); the HF "
+            "backend runs turn by turn"
+        )
     _check_choice("algorithm.adv_estimator", algorithm.adv_estimator, list(ADVANTAGE_ESTIMATORS))
     _check_choice("algorithm.kl_penalty", algorithm.kl_penalty, list(KL_PENALTIES))
     _check_choice("algorithm.kl_ctrl.type", algorithm.kl_ctrl.type, list(KL_CONTROLLERS))

@@ -193,6 +193,7 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any])
         train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
         val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
         executor=ThreadPoolExecutor(max_workers=rollout.env_workers),
+        async_episodes=config.async_episodes,
     )
 
 

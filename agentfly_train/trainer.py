@@ -63,7 +63,15 @@ from agentfly_train.batch import (
 )
 from agentfly_train.critic import Critic, CriticSettings
 from agentfly_train.generation import GenerationBackend, HFGenerationBackend, SamplingParams
-from agentfly_train.rollout import ChatCodec, RolloutBudgets, Trajectory, run_rollouts, summarize
+from agentfly_train.rollout import (
+    ChatCodec,
+    EngineTime,
+    RolloutBudgets,
+    Trajectory,
+    run_rollouts,
+    run_rollouts_async,
+    summarize,
+)
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
 
@@ -123,7 +131,9 @@ class AgentRollout:
         budgets: Turn and token limits.
         train_params: Sampling for training rollouts.
         val_params: Sampling for validation rollouts.
-        executor: Threads that step the envs of a turn concurrently.
+        executor: Threads that step the envs concurrently.
+        async_episodes: Run each episode at its own pace (:func:`~agentfly_train.rollout.run_rollouts_async`)
+            on a backend that streams requests (vLLM); else turn by turn.
     """
 
     pool: EnvPool
@@ -132,11 +142,20 @@ class AgentRollout:
     train_params: SamplingParams
     val_params: SamplingParams
     executor: ThreadPoolExecutor
+    async_episodes: bool = False
 
-    def run(self, backend: Any, tasks: Sequence[Mapping[str, Any]], params: SamplingParams) -> list[Trajectory]:
-        """Episodes for ``tasks`` (one env each), run to the end."""
+    def run(
+        self,
+        backend: Any,
+        tasks: Sequence[Mapping[str, Any]],
+        params: SamplingParams,
+        timing: EngineTime | None = None,
+    ) -> list[Trajectory]:
+        """Episodes for ``tasks`` (one env each), run to the end; ``timing`` accumulates the engine's busy and
+        idle time."""
         envs = self.pool.take(len(tasks))
-        return run_rollouts(envs, tasks, backend, self.codec, self.budgets, params, self.executor)
+        loop = run_rollouts_async if self.async_episodes and hasattr(backend, "submit") else run_rollouts
+        return loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing)
 
     def evaluate(
         self, backend: Any, rows: Sequence[Mapping[str, Any]], batch_size: int
@@ -334,8 +353,9 @@ class AgentGRPOTrainer(GRPOTrainer):
         """TRL's ``rollout_func``: multi-turn episodes for the batch's tasks (plus ReMax's greedy baselines)."""
         mode = "train" if self.model.training else "eval"
         params = self.agent.train_params if mode == "train" else self.agent.val_params
-        start = time.perf_counter()
-        trajectories = self.agent.run(self._rollout_backend(), self._batch_tasks, params)
+        start, timing = time.perf_counter(), EngineTime()
+        trajectories = self.agent.run(self._rollout_backend(), self._batch_tasks, params, timing)
+        self._metrics[mode]["timing/engine_idle_frac"].append(timing.idle_fraction)
         self._batch_rewards = [t.reward for t in trajectories]
         if self.rl.adv_estimator == "remax":
             self._batch_baselines = self._greedy_rewards(self._batch_tasks)

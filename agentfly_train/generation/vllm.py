@@ -138,28 +138,50 @@ class VLLMGenerationBackend:
         self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], params: SamplingParams
     ) -> list[Generation]:
         """See :meth:`~agentfly_train.generation.base.GenerationBackend.generate`."""
-        from vllm import SamplingParams as VLLMSamplingParams
-
         if not prompts:
             return []
-        sampling = [
-            VLLMSamplingParams(
-                n=1,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=params.top_k if params.top_k > 0 else 0,
-                max_tokens=budget,
-                logprobs=0,
-                stop_token_ids=self.eos_token_ids,
-                detokenize=False,
-                skip_special_tokens=False,
-            )
-            for budget in max_new_tokens
-        ]
         outputs = self.llm.generate(
-            [{"prompt_token_ids": list(ids)} for ids in prompts], sampling_params=sampling, use_tqdm=False
+            [{"prompt_token_ids": list(ids)} for ids in prompts],
+            sampling_params=[self._sampling(budget, params) for budget in max_new_tokens],
+            use_tqdm=False,
         )
         return [self._generation(output.outputs[0]) for output in outputs]
+
+    def submit(self, request_id: str, prompt_ids: Sequence[int], max_new_tokens: int, params: SamplingParams) -> None:
+        """Queues one request in the engine (:class:`~agentfly_train.rollout.StreamingEngine`); it runs in the
+        engine's next :meth:`step` together with every other pending request."""
+        from vllm.sampling_params import RequestOutputKind
+
+        sampling = self._sampling(max_new_tokens, params)
+        sampling.output_kind = RequestOutputKind.FINAL_ONLY
+        self.llm.llm_engine.add_request(request_id, {"prompt_token_ids": list(prompt_ids)}, sampling)
+
+    def step(self) -> list[tuple[str, Generation]]:
+        """One engine step (a forward pass over the running batch); the requests it finished."""
+        return [
+            (output.request_id, self._generation(output.outputs[0]))
+            for output in self.llm.llm_engine.step()
+            if output.finished
+        ]
+
+    def has_unfinished(self) -> bool:
+        """Whether a submitted request has not finished."""
+        return self.llm.llm_engine.has_unfinished_requests()
+
+    def _sampling(self, max_new_tokens: int, params: SamplingParams) -> Any:
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        return VLLMSamplingParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else 0,
+            max_tokens=max_new_tokens,
+            logprobs=0,
+            stop_token_ids=self.eos_token_ids,
+            detokenize=False,
+            skip_special_tokens=False,
+        )
 
     def _generation(self, completion: Any) -> Generation:
         ids = list(completion.token_ids)

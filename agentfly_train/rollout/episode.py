@@ -1,0 +1,249 @@
+"""One episode in tokens: its budgets, its trajectory, and what a sampled turn does to it.
+
+The completion of an episode is the concatenation of sampled tokens (``env_mask = 1``, trained) and
+observation tokens (``env_mask = 0``, never trained); the sampled tokens are never re-tokenised.
+
+Budgets: ``max_tokens_per_turn`` new tokens per turn, ``response_length`` tokens per completion
+(sampled and observation tokens together), and ``max_turns`` assistant turns. An observation that would
+overflow ``response_length`` ends the episode (finish reason ``length``) instead of being cut.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from agentfly_envs.core import ERROR_KINDS
+from agentfly_train.generation import Generation
+from agentfly_train.rollout.codec import ChatCodec
+
+FINISH_REASONS = ("stop", "max_turns", "length")
+"""``stop``: the env ended the episode (an answer); ``max_turns``: the turn budget ran out;
+``length``: the token budget (``response_length``) ran out."""
+
+
+@dataclass(frozen=True)
+class RolloutBudgets:
+    """Limits of one episode.
+
+    Attributes:
+        max_turns: Assistant turns.
+        max_tokens_per_turn: New tokens per assistant turn.
+        response_length: Tokens in the whole completion, sampled and observation tokens together.
+    """
+
+    max_turns: int
+    max_tokens_per_turn: int
+    response_length: int
+
+
+@dataclass
+class Trajectory:
+    """One finished episode, in tokens.
+
+    Attributes:
+        prompt_ids: The rendered opening messages, ending with the assistant header.
+        completion_ids: Every token after the prompt: sampled turns and observation turns.
+        env_mask: Per completion token, 1 if sampled by the policy, 0 if written by the env/template.
+        logprobs: Per completion token, the sampling log-probability (0.0 on ``env_mask = 0`` tokens).
+        reward: The env's score of the episode (its truncation reward if it did not finish).
+        finish_reason: One of :data:`FINISH_REASONS`.
+        num_turns: Assistant turns taken.
+        num_tool_calls: Tool calls the env ran or rejected.
+        num_tool_errors: Turns' errors counted by the env (parse errors, unknown tools, tool failures).
+        correct: Whether the answer was right (the reward's ``correct`` component, else ``reward >= 1``).
+        messages: The conversation as chat messages, for logging.
+        env_seconds: Wall time spent in ``env.reset``/``env.step`` for this episode.
+        turn_calls: Per assistant turn, the tool calls the env parsed from it (OpenAI-style) and
+            ``{"error": message}`` for each call it could not parse, for logging.
+        error_counts: The env's ``info["error_counts"]`` at the episode's last step.
+        reward_components: The reward's components (``info["reward_components"]``) when the env scored it.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    reward: float = 0.0
+    finish_reason: str = ""
+    num_turns: int = 0
+    num_tool_calls: int = 0
+    num_tool_errors: int = 0
+    correct: bool = False
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    env_seconds: float = 0.0
+    turn_calls: list[list[dict[str, Any]]] = field(default_factory=list)
+    error_counts: dict[str, int] = field(default_factory=dict)
+    reward_components: dict[str, float] = field(default_factory=dict)
+
+    def extend(self, token_ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None) -> None:
+        """Appends tokens to the completion, with their mask and log-probabilities."""
+        self.completion_ids.extend(token_ids)
+        self.env_mask.extend([int(trained)] * len(token_ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(token_ids))
+
+
+def _episode_counts(info: Mapping[str, Any]) -> tuple[int, int]:
+    calls = len(info.get("tool_calls", ())) + len(info.get("parse_errors", ()))
+    errors = sum(info.get("error_counts", {}).values())
+    return calls, errors
+
+
+def _is_correct(reward: float, info: Mapping[str, Any]) -> bool:
+    components = info.get("reward_components") or {}
+    return bool(components.get("correct", reward) >= 1.0 - 1e-9)
+
+
+@dataclass
+class EngineTime:
+    """Where a rollout's wall time went, seconds: the generation engine had requests (``busy_s``) or sat idle
+    while every unfinished episode waited on its env (``idle_s``)."""
+
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+
+    @property
+    def idle_fraction(self) -> float:
+        """``idle_s`` over the total (0 when nothing ran)."""
+        total = self.busy_s + self.idle_s
+        return self.idle_s / total if total else 0.0
+
+
+StepResult = tuple[tuple[Any, ...], float]
+"""``(env.step(text), seconds it took)``."""
+
+
+def step_env(env: gym.Env, text: str) -> StepResult:
+    """``env.step(text)`` and its wall time, seconds (run in a worker thread)."""
+    start = time.perf_counter()
+    result = env.step(text)
+    return result, time.perf_counter() - start
+
+
+def start_episode(env: gym.Env, task: Mapping[str, Any], codec: ChatCodec) -> Trajectory:
+    """Resets ``env`` into ``task`` and returns the episode's trajectory, holding the prompt."""
+    start = time.perf_counter()
+    _, info = env.reset(options={"task": dict(task)})
+    trajectory = Trajectory(prompt_ids=codec.prompt_ids(info["messages"]), messages=list(info["messages"]))
+    trajectory.env_seconds = time.perf_counter() - start
+    return trajectory
+
+
+def room_left(trajectory: Trajectory, budgets: RolloutBudgets) -> int:
+    """Tokens the completion may still grow by."""
+    return budgets.response_length - len(trajectory.completion_ids)
+
+
+def turn_budget(trajectory: Trajectory, budgets: RolloutBudgets) -> int:
+    """New tokens the next turn may sample."""
+    return min(budgets.max_tokens_per_turn, room_left(trajectory, budgets))
+
+
+def needs_env_step(generation: Generation, room: int) -> bool:
+    """Whether a sampled turn goes to the env: it ended (EOS) or stopped at the per-turn budget. A turn cut by
+    the completion budget (``room`` tokens) ends its episode unscored instead."""
+    return generation.stopped or len(generation.token_ids) < room
+
+
+def record_turn(
+    trajectory: Trajectory,
+    env: gym.Env,
+    generation: Generation,
+    text: str,
+    stepped: StepResult | None,
+    codec: ChatCodec,
+    budgets: RolloutBudgets,
+) -> bool:
+    """Appends a sampled turn and the env's answer to it to the trajectory.
+
+    Args:
+        trajectory: The episode.
+        env: Its env (for the truncation reward when the episode ends unscored).
+        generation: The sampled turn.
+        text: Its decoded text (what the env was given).
+        stepped: The env's step on ``text``, or ``None`` when the completion budget cut the turn.
+        codec: Chat-template token ids.
+        budgets: The episode's limits.
+
+    Returns:
+        Whether the episode goes on (it may still run out of turns: see :func:`finish`).
+    """
+    trajectory.extend(generation.token_ids, trained=True, logprobs=generation.logprobs)
+    trajectory.messages.append({"role": "assistant", "content": text})
+    trajectory.num_turns += 1
+    if stepped is None:
+        trajectory.turn_calls.append([])
+        finish(trajectory, env, "length")
+        return False
+    (_, reward, terminated, truncated, info), seconds = stepped
+    trajectory.env_seconds += seconds
+    calls, errors = _episode_counts(info)
+    trajectory.num_tool_calls += calls
+    trajectory.num_tool_errors = errors
+    trajectory.error_counts = dict(info.get("error_counts", {}))
+    parse_errors = [{"error": message} for message in info.get("parse_errors", ())]
+    trajectory.turn_calls.append([*info.get("tool_calls", ()), *parse_errors])
+    if terminated or truncated:
+        finish(trajectory, env, "stop" if terminated else "max_turns", reward, info)
+        return False
+    observation = codec.observation_ids(info["messages"], closed_turn=generation.stopped)
+    if len(trajectory.completion_ids) + len(observation) >= budgets.response_length:
+        finish(trajectory, env, "length")
+        return False
+    trajectory.extend(observation, trained=False)
+    trajectory.messages.extend(info["messages"])
+    return True
+
+
+def finish(
+    trajectory: Trajectory,
+    env: gym.Env,
+    reason: str,
+    reward: float | None = None,
+    info: Mapping[str, Any] | None = None,
+) -> None:
+    """Ends the episode with ``reason`` (one of :data:`FINISH_REASONS`) and the env's ``reward``, or its
+    truncation reward when the env did not score it."""
+    trajectory.finish_reason = reason
+    trajectory.reward = float(env.unwrapped.truncation_reward if reward is None else reward)
+    trajectory.correct = _is_correct(trajectory.reward, info or {}) if reason == "stop" else False
+    trajectory.reward_components = dict((info or {}).get("reward_components") or {})
+
+
+def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Per-batch statistics of finished episodes (means over episodes unless named otherwise).
+
+    Returns:
+        ``reward/{mean,std,min,max}``, ``accuracy``, ``episode/{turns,tool_calls,tool_error_rate,
+        response_length,sampled_tokens}``, ``episode/tool_error_rate/<kind>`` (errors of each of the env's
+        ``ERROR_KINDS`` per tool call), ``finish_reason/<reason>`` (fractions) and ``env_seconds`` (sum).
+    """
+    import statistics
+
+    count = max(len(trajectories), 1)
+    rewards = [t.reward for t in trajectories] or [0.0]
+    calls = sum(t.num_tool_calls for t in trajectories)
+    reasons = Counter(t.finish_reason for t in trajectories)
+    stats = {
+        "reward/mean": statistics.fmean(rewards),
+        "reward/std": statistics.pstdev(rewards),
+        "reward/min": min(rewards),
+        "reward/max": max(rewards),
+        "accuracy": sum(t.correct for t in trajectories) / count,
+        "episode/turns": sum(t.num_turns for t in trajectories) / count,
+        "episode/tool_calls": calls / count,
+        "episode/tool_error_rate": sum(t.num_tool_errors for t in trajectories) / max(calls, 1),
+        "episode/response_length": sum(len(t.completion_ids) for t in trajectories) / count,
+        "episode/sampled_tokens": sum(sum(t.env_mask) for t in trajectories) / count,
+        "env_seconds": sum(t.env_seconds for t in trajectories),
+    }
+    for kind in ERROR_KINDS:
+        errors = sum(t.error_counts.get(kind, 0) for t in trajectories)
+        stats[f"episode/tool_error_rate/{kind}"] = errors / max(calls, 1)
+    stats.update({f"finish_reason/{reason}": reasons[reason] / count for reason in FINISH_REASONS})
+    return stats

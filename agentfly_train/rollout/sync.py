@@ -1,0 +1,81 @@
+"""Turn-synchronous rollouts: every turn is one batched generation call for all active episodes, then the envs of
+the turn step concurrently, and the next turn waits for the slowest of them (the HF backend's loop)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import gymnasium as gym
+
+from agentfly_train.generation import GenerationBackend, SamplingParams
+from agentfly_train.rollout.codec import ChatCodec
+from agentfly_train.rollout.episode import (
+    EngineTime,
+    RolloutBudgets,
+    Trajectory,
+    finish,
+    needs_env_step,
+    record_turn,
+    room_left,
+    start_episode,
+    step_env,
+    turn_budget,
+)
+
+
+def run_rollouts(
+    envs: Sequence[gym.Env],
+    tasks: Sequence[Mapping[str, Any]],
+    backend: GenerationBackend,
+    codec: ChatCodec,
+    budgets: RolloutBudgets,
+    params: SamplingParams,
+    executor: ThreadPoolExecutor,
+    timing: EngineTime | None = None,
+) -> list[Trajectory]:
+    """Runs one episode per ``(env, task)`` pair to the end.
+
+    Args:
+        envs: Environments, one per episode (reset here with ``options={"task": task}``).
+        tasks: Dataset rows, one per episode.
+        backend: The generator.
+        codec: Chat-template token ids.
+        budgets: Turn and token limits.
+        params: Sampling parameters.
+        executor: Threads that step the envs of a turn concurrently.
+        timing: Accumulates the engine's busy time (generation calls) and idle time (the turns' env steps).
+
+    Returns:
+        One :class:`Trajectory` per episode, in order.
+    """
+    trajectories = [start_episode(env, task, codec) for env, task in zip(envs, tasks, strict=True)]
+    active = list(range(len(envs)))
+    for _ in range(budgets.max_turns):
+        if not active:
+            break
+        rooms = [room_left(trajectories[i], budgets) for i in active]
+        start = time.perf_counter()
+        generations = backend.generate(
+            [trajectories[i].prompt_ids + trajectories[i].completion_ids for i in active],
+            [turn_budget(trajectories[i], budgets) for i in active],
+            params,
+        )
+        generated = time.perf_counter()
+        texts = [codec.decode(g.token_ids) for g in generations]
+        stepping = [n for n, (g, room) in enumerate(zip(generations, rooms, strict=True)) if needs_env_step(g, room)]
+        results = executor.map(step_env, [envs[active[n]] for n in stepping], [texts[n] for n in stepping])
+        stepped = dict(zip(stepping, results, strict=True))
+        if timing is not None:
+            timing.busy_s += generated - start
+            timing.idle_s += time.perf_counter() - generated
+        active = [
+            index
+            for n, index in enumerate(active)
+            if record_turn(trajectories[index], envs[index], generations[n], texts[n], stepped.get(n), codec, budgets)
+        ]
+    for index in active:
+        finish(trajectories[index], envs[index], "max_turns")
+    return trajectories
