@@ -197,13 +197,21 @@ def test_async_episodes_keep_budgets_masks_and_finish_reasons_under_sampling(eng
         assert len(runs) <= trajectory.num_turns and all(run <= budgets.max_tokens_per_turn for run in runs)
 
 
-def test_training_samples_with_vllm_through_the_cli(tmp_path):
+@pytest.mark.parametrize("processes", [1, 2], ids=["one_process", "ddp_two_processes"])
+def test_training_samples_with_vllm_through_the_cli(tmp_path, processes):
+    """A CLI run on the colocated engine (asynchronous episodes); with 2 processes under ``accelerate launch``
+    (DDP on CPU) each process has its own engine, and both stay on the policy's weights."""
     import json
     import sys
+    from pathlib import Path
 
     from tests.train.conftest import run_cli
 
     command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart"]
+    if processes > 1:
+        launcher = str(Path(sys.executable).with_name("accelerate"))
+        command = [launcher, "launch", f"--num_processes={processes}", "--num_machines=1", "--mixed_precision=no",
+                   "--dynamo_backend=no", "--cpu", "-m", "agentfly_train", *command[3:]]  # fmt: skip
     overrides = [
         "sft.enable=false",
         "actor_rollout_ref.rollout.name=vllm",
@@ -227,7 +235,8 @@ def test_training_samples_with_vllm_through_the_cli(tmp_path):
     assert all(r["episode/sampled_tokens"] > 0 for r in records if "loss" in r)
     assert any("val/accuracy" in r for r in records)
     # float32 engine = float32 trainer, also at step 2, after the first update: the engine got the new weights
-    # (an engine left on the old weights is off by ~1 nat there: max |diff| 1.19, sequence IS weight 0.54)
+    # (an engine left on the old weights is off by ~1 nat there: max |diff| 1.19, sequence IS weight 0.54); the
+    # figure is the maximum over all processes' engines
     steps = [r for r in records if "loss" in r]
     assert all(r["rollout/logprob_diff_max"] < 1e-3 for r in steps), [r["rollout/logprob_diff_max"] for r in steps]
     assert all(abs(r["rollout_corr/rollout_is_mean"] - 1) < 1e-2 for r in steps)
