@@ -48,17 +48,24 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(config: TrainConfig, show_progress: bool) -> int:
+    from agentfly_train.generation.vllm_server import RolloutServerError
     from agentfly_train.ray_launch import launch, wants_ray
     from agentfly_train.train import run
 
-    if wants_ray(config):
-        try:
-            result = launch(config, show_progress=show_progress)
-        except RuntimeError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
-    else:
-        result = run(config, show_progress=show_progress)
+    try:
+        result = launch(config, show_progress) if wants_ray(config) else run(config, show_progress=show_progress)
+    except RolloutServerError as error:
+        print(
+            f"error: {error}; the run directory keeps the last checkpoint: rerun the same command "
+            "(trainer.resume_mode=auto) to resume",
+            file=sys.stderr,
+        )
+        return 1
+    except RuntimeError as error:  # a Ray worker failed (the message says how to resume)
+        if not wants_ray(config):
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     before, after = result.val_before, result.val_after
     print(f"run directory: {result.run_dir} ({result.steps} steps)")
     if result.sft_loss is not None:

@@ -303,8 +303,11 @@ class RolloutConfig:
             weights and KV cache.
         tensor_model_parallel_size: vLLM's tensor parallelism.
         mode: vLLM: ``colocate`` (the engine lives in each training process, as verl's hybrid engine and TRL's
-            colocate mode; weights handed over in memory after each optimiser step). ``server`` (an engine started
-            separately) is not available yet.
+            colocate mode; weights handed over in memory after each optimiser step) or ``server`` (an engine
+            started separately, at ``server_host:server_port``; weights handed over through the run directory).
+        server_host: ``mode=server``: the vLLM server's host.
+        server_port: ``mode=server``: its port.
+        server_timeout: ``mode=server``: seconds to wait for one request.
         enable_prefix_caching: vLLM reuses the KV cache of shared prefixes (a prompt across its chains, earlier
             turns across an episode).
         free_cache_engine: vLLM sleep mode (free the KV cache while the trainer updates); CUDA only, so ignored
@@ -332,6 +335,9 @@ class RolloutConfig:
     async_episodes: bool | None = None
     log_prob_micro_batch_size_per_gpu: int | None = None
     mode: str = "colocate"
+    server_host: str = "127.0.0.1"
+    server_port: int = 8000
+    server_timeout: float = 240.0
     enable_prefix_caching: bool = True
     free_cache_engine: bool = False
     dtype: str = "auto"
@@ -721,11 +727,7 @@ def _validate_vllm(config: TrainConfig) -> None:
     rollout = config.actor_rollout_ref.rollout
     _check_choice("actor_rollout_ref.rollout.mode", rollout.mode, ["colocate", "server"])
     _check_choice("actor_rollout_ref.rollout.dtype", rollout.dtype, DTYPES)
-    if rollout.mode == "server":
-        raise ConfigError(
-            "actor_rollout_ref.rollout.mode=server is not available yet; use mode=colocate (an engine in each "
-            "training process)"
-        )
+    _check_positive("actor_rollout_ref.rollout.server_timeout", rollout.server_timeout)
     if not 0 < rollout.gpu_memory_utilization <= 1:
         raise ConfigError(
             f"actor_rollout_ref.rollout.gpu_memory_utilization must be in (0, 1], got {rollout.gpu_memory_utilization}"

@@ -270,6 +270,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     val_env = make_env(config, validation=True) if has_validation(config) else None
     train_tasks, val_tasks = train_rows(config, train_env), val_rows(config, val_env)
     check_search_backend(config, train_tasks)
+    check_rollout_server(config)
     if len(train_tasks) < config.data.train_batch_size:
         # TRL's sampler would yield no full batch and Trainer.train() would stop at step 0 without a word.
         raise ConfigError(
@@ -432,27 +433,59 @@ def make_trainer(
     )
 
 
+def check_rollout_server(config: TrainConfig) -> None:
+    """With ``rollout.mode=server``, that the vLLM server answers, before any model is loaded.
+
+    Raises:
+        ConfigError: it does not (one line: where, and how to start one).
+    """
+    rollout = config.actor_rollout_ref.rollout
+    if config.backend != "vllm" or rollout.mode != "server":
+        return
+    from agentfly_train.generation.vllm_server import RolloutServerError, VLLMServerBackend
+
+    try:
+        VLLMServerBackend.connect(rollout.server_host, rollout.server_port, [], ".", timeout=10).close()
+    except RolloutServerError as error:
+        raise ConfigError(f"actor_rollout_ref.rollout.mode=server: {error}") from None
+
+
 def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
-    """The vLLM backend of a run (``actor_rollout_ref.rollout.name=vllm``, ``mode=colocate``): an engine in this
-    process, started from the policy as RL starts (saved to ``<run dir>/rollout_init_<process>``); the trainer
-    hands it the policy's weights after every optimiser step."""
+    """The vLLM backend of a run (``actor_rollout_ref.rollout.name=vllm``). ``mode=colocate``: an engine in this
+    process, started from the policy as RL starts (saved to ``<run dir>/rollout_init_<process>``); ``server``: the
+    server at ``rollout.server_host:server_port``, loading weights from ``<run dir>/server_weights``. The trainer
+    hands either the policy's weights after every optimiser step.
+
+    Raises:
+        ConfigError: no usable server answers (``mode=server``).
+    """
     from accelerate import PartialState
 
     from agentfly_train.generation.vllm import VLLMGenerationBackend
     from agentfly_train.models import policy_dtype, training_device
 
     rollout = config.actor_rollout_ref.rollout
+    eos = model.generation_config.eos_token_id
+    eos_ids = sorted({tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [] if eos is None else [eos])})
+    if rollout.mode == "server":
+        from agentfly_train.generation.vllm_server import RolloutServerError, VLLMServerBackend
+
+        weights = Path(config.trainer.default_local_dir) / "server_weights"
+        try:
+            return VLLMServerBackend.connect(
+                rollout.server_host, rollout.server_port, eos_ids, weights, rollout.server_timeout
+            )
+        except RolloutServerError as error:
+            raise ConfigError(f"actor_rollout_ref.rollout.mode=server: {error}") from None
     directory = Path(config.trainer.default_local_dir) / f"rollout_init_{PartialState().process_index}"
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    eos = model.generation_config.eos_token_id
-    eos_ids = [tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [] if eos is None else [eos])]
     dtype = rollout.dtype
     if dtype == "auto":
         dtype = str(policy_dtype(config.actor_rollout_ref.model.dtype, training_device(config))).removeprefix("torch.")
     return VLLMGenerationBackend.start(
         str(directory),
-        sorted(set(eos_ids)),
+        eos_ids,
         dtype=dtype,
         gpu_memory_utilization=rollout.gpu_memory_utilization,
         tensor_parallel_size=rollout.tensor_model_parallel_size,

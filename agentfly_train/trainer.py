@@ -316,12 +316,17 @@ class AgentGRPOTrainer(GRPOTrainer):
         """The generation backend, holding the current policy weights.
 
         A backend with its own copy of the weights (vLLM) gets the policy's after every optimiser step, once,
-        before it next samples (TRL syncs its own vLLM engine the same way, on ``global_step``).
+        before it next samples (TRL syncs its own vLLM engine the same way, on ``global_step``). One shared by
+        all processes (a vLLM server) gets them from the main process, and the others wait until it has.
         """
         load_weights = getattr(self.backend, "load_weights", None)
         if load_weights is not None and self._synced_step != self.state.global_step:
-            model = self.accelerator.unwrap_model(self.model)
-            load_weights((name, tensor.detach()) for name, tensor in model.state_dict().items())
+            shared = getattr(self.backend, "shared_by_processes", False)
+            if self.accelerator.is_main_process or not shared:
+                model = self.accelerator.unwrap_model(self.model)
+                load_weights((name, tensor.detach()) for name, tensor in model.state_dict().items())
+            if shared:
+                self.accelerator.wait_for_everyone()
             self._synced_step = self.state.global_step
         return self.backend
 

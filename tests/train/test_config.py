@@ -231,8 +231,16 @@ def test_bad_keys_and_values_fail_naming_the_key_and_the_closest_valid_ones(over
 def test_vllm_settings_are_checked_before_anything_loads():
     from agentfly_train.generation.vllm import vllm_available
 
-    with pytest.raises(ConfigError, match="mode=server is not available yet" if vllm_available() else "pip install"):
-        quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=server"])
+    with pytest.raises(ConfigError, match="server_timeout must be > 0" if vllm_available() else "pip install"):
+        quickstart_config(
+            [
+                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.rollout.mode=server",
+                "actor_rollout_ref.rollout.server_timeout=0",
+            ]
+        )
+    with pytest.raises(ConfigError, match=r"async_episodes=true needs rollout\.name=vllm"):
+        quickstart_config(["actor_rollout_ref.rollout.async_episodes=true"])
     with pytest.raises(ConfigError, match=r"rollout\.mode='remote' is not one of"):
         quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=remote"])
 
