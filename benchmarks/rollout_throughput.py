@@ -41,6 +41,7 @@ def main() -> None:
 
     import agentfly_envs  # noqa: F401
     from agentfly_envs.adapters.trl import make_trl_environment, trl_dataset_rows
+    from agentfly_envs.runtime import LocalEnvPool
     from agentfly_train.config import QUICKSTART, load_config
     from agentfly_train.data import trl_dataset
     from agentfly_train.generation import SamplingParams
@@ -48,7 +49,7 @@ def main() -> None:
     from agentfly_train.sft import golden_token_rows, warm_start
     from agentfly_train.tiny_model import build_model, build_tokenizer
     from agentfly_train.train import make_codec
-    from agentfly_train.trainer import AgentGRPOTrainer, AgentRollout, EnvPool
+    from agentfly_train.trainer import AgentGRPOTrainer, AgentRollout
 
     torch.manual_seed(0)
     env_kwargs = {"level": "easy", "max_turns": args.max_turns, "tools": ("calculator", "answer")}
@@ -79,7 +80,7 @@ def main() -> None:
             prompts.append(codec.render(info["messages"], add_generation_prompt=True))
         ours = AgentGRPOTrainer(
             agent=AgentRollout(
-                pool=EnvPool("agentfly/Arith-Calc", env_kwargs), codec=codec,
+                pool=LocalEnvPool("agentfly/Arith-Calc", env_kwargs), codec=codec,
                 budgets=RolloutBudgets(args.max_turns, args.response_length, args.response_length),
                 train_params=SamplingParams(0.0 if args.greedy else 1.0), val_params=SamplingParams(0.0),
                 executor=ThreadPoolExecutor(8),

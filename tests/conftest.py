@@ -39,3 +39,13 @@ def tiny_tokenizer():
     from agentfly_train.tiny_model import build_tokenizer
 
     return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real local Ray cluster with 2 CPUs, started once per session on first use (a few seconds) and stopped at
+    the end; skips without the ``ray`` extra."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray
+    ray.shutdown()
