@@ -9,7 +9,7 @@ answers, so stepping several proxies from threads steps their envs concurrently.
 Failures keep the env contract. When a step finds its actor dead, or runs longer than ``step_timeout`` seconds,
 it returns an ``Error:`` observation and truncates the episode (reward: the env's ``truncation_reward``,
 ``info["remote_failure"]``: ``actor_died`` or ``timeout``); the pool counts the failure
-(:meth:`RayEnvPool.pop_failures`) and replaces the actor (killing it after a timeout), so the next ``reset`` starts
+(:meth:`RayEnvPool.pop_failures`) and replaces the actor (killing what is left of it), so the next ``reset`` starts
 on a fresh one. The other envs of a lost actor lose their episodes the same way at their next step.
 
 Ray is imported when a pool is built, not with this module.
@@ -140,7 +140,7 @@ class RemoteEnv(gym.Env):
         """Plays one turn on the actor; a lost actor or a timeout ends the episode with an ``Error:`` observation.
 
         Raises:
-            ResetNeeded: no episode is running on an actor (never reset, or lost since).
+            ResetNeeded: the episode was lost with its actor (a never-reset env raises the hosted env's own).
         """
         if self._actor is None:
             raise ResetNeeded("call reset() before step() (this env's episode was lost with its Ray actor)")
@@ -324,6 +324,5 @@ class RayEnvPool:
         with self._lock:
             self._failures[kind] += 1
             if self._workers and self._workers[worker] is actor:
-                if kind == "timeout":
-                    ray.kill(actor)
+                ray.kill(actor)  # stuck (timeout) or unreachable: it must not keep its reservation
                 self._workers[worker] = self._spawn()

@@ -4,6 +4,7 @@ timeouts included)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -102,6 +103,31 @@ def test_a_step_past_the_timeout_ends_the_episode_and_the_next_one_runs(pool):
     assert pool.actors[1] is not stuck
     env.reset(options={"index": 2})
     assert env.step(python_call("print(3 * 3)"))[0] == "9\n"
+
+
+def test_a_pool_in_another_process_joins_the_cluster_of_ray_address_and_leaves_it_running(ray_cluster):
+    code = (
+        "import ray\n"
+        "from agentfly_envs.runtime import RayEnvPool\n"
+        "pool = RayEnvPool('agentfly/Arith-Calc', {}, num_workers=1, worker_cpus=0.5)\n"
+        "env = pool.take(1)[0]\n"
+        "env.reset(options={'index': 0})\n"
+        "print(env.step('The answer is \\\\boxed{0}.')[2], ray.is_initialized())\n"
+        "pool.close()\n"
+        "print(ray.is_initialized())\n"
+    )
+    address = ray_cluster.get_runtime_context().gcs_address
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "RAY_ADDRESS": address},
+        timeout=300,
+        check=True,
+    )
+    assert result.stdout.splitlines() == ["True True", "False"]  # it answered; Ray was joined, then left
+    assert ray_cluster.cluster_resources()["CPU"] == 2
 
 
 def test_a_pool_larger_than_the_cluster_is_refused_in_one_line(ray_cluster):
