@@ -14,7 +14,7 @@ import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.errors import AgentflyError
-from agentfly_envs.runtime import EnvPool, LocalEnvPool, RayEnvPool
+from agentfly_envs.runtime import EnvPool, LocalEnvPool, RayEnvPool, RemoteEnvError
 from agentfly_envs.runtime.remote import MAX_CONCURRENT_STEPS
 from agentfly_train.config import AGENT_TYPES, TINY_MODEL, ConfigError, TrainConfig
 from agentfly_train.data import env_task_rows, file_task_rows, trl_dataset
@@ -183,7 +183,7 @@ def env_pool(config: TrainConfig, kwargs: dict[str, Any]) -> EnvPool:
     (``actor_rollout_ref.rollout.env_runtime=ray``).
 
     Raises:
-        ConfigError: the Ray cluster lacks the CPUs or resources the env actors reserve.
+        ConfigError: the Ray cluster lacks, or cannot free within a while, the CPUs or resources the actors reserve.
     """
     rollout = config.actor_rollout_ref.rollout
     if rollout.env_runtime == "local":
@@ -197,7 +197,7 @@ def env_pool(config: TrainConfig, kwargs: dict[str, Any]) -> EnvPool:
             worker_resources=rollout.env_worker_resources,
             step_timeout=rollout.env_step_timeout,
         )
-    except ValueError as error:
+    except (ValueError, RemoteEnvError) as error:
         raise ConfigError(f"actor_rollout_ref.rollout.env_workers / env_worker_*: {error}") from None
 
 

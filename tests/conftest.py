@@ -49,3 +49,18 @@ def ray_cluster():
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def kill_actor(ray, actor, timeout: float = 60.0) -> None:
+    """Kills a Ray actor and waits until it is gone (``ray.kill`` only asks for it)."""
+    import time
+
+    ray.kill(actor)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ready.remote(), timeout=timeout)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"the actor still answers {timeout:g} s after ray.kill")

@@ -68,6 +68,9 @@ class _EnvHost:
         self.envs: dict[int, gym.Env] = {}
         self._making = threading.Lock()  # env modules import lazily, and concurrent imports of one module break
 
+    def ready(self) -> bool:
+        return True
+
     def make(self, slot: int) -> dict[str, Any]:
         """Builds env ``slot``; returns what its proxy exposes (spaces, metadata, truncation reward)."""
         with self._making:
@@ -210,6 +213,7 @@ class RayEnvPool:
     Raises:
         ImportError: Ray is not installed (with the install command).
         ValueError: a bad size, or more CPUs or resources than the cluster has.
+        RemoteEnvError: the actors did not start within :data:`START_TIMEOUT_S` (the cluster's resources are taken).
     """
 
     def __init__(
@@ -254,6 +258,7 @@ class RayEnvPool:
         self._failures: Counter[str] = Counter()
         self._workers = [self._spawn() for _ in range(num_workers)]
         self.envs: list[RemoteEnv] = []
+        self._wait_started()
 
     @property
     def actors(self) -> list[Any]:
@@ -309,6 +314,23 @@ class RayEnvPool:
         self.envs.clear()
         if self._started_ray:
             ray.shutdown()
+
+    def _wait_started(self) -> None:
+        """Waits for the actors to run (closing the pool if they do not)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            ray.get([actor.ready.remote() for actor in self._workers], timeout=START_TIMEOUT_S)
+        except GetTimeoutError:
+            problem = f"did not start within {START_TIMEOUT_S:g} s: are the cluster's CPUs and resources taken?"
+        except RayActorError as error:
+            problem = f"died while starting: {str(error).strip().splitlines()[0]}"
+        else:
+            return
+        count = len(self._workers)
+        self.close()
+        raise RemoteEnvError(f"the {count} env actors of {self.env_id} {problem}")
 
     def _spawn(self) -> Any:
         return self._host.remote(self.env_id, self.env_kwargs)

@@ -13,8 +13,9 @@ import textwrap
 import pytest
 from gymnasium.error import ResetNeeded
 
-from agentfly_envs.runtime import LocalEnvPool, RayEnvPool, RemoteEnv
-from tests.conftest import OFFLINE_KWARGS, REPO_ROOT
+from agentfly_envs.runtime import LocalEnvPool, RayEnvPool, RemoteEnv, RemoteEnvError
+from agentfly_envs.runtime import remote as remote_runtime
+from tests.conftest import OFFLINE_KWARGS, REPO_ROOT, kill_actor
 
 ENV_ID = "agentfly/Math-Python"
 KWARGS = {**OFFLINE_KWARGS[ENV_ID], "max_turns": 4}
@@ -71,7 +72,7 @@ def test_a_killed_actor_ends_its_episodes_with_an_error_and_is_replaced(pool, ra
         env.reset(options={"index": 0})
         assert env.step(python_call("print(6 * 7)"))[0] == "42\n"
     dead = pool.actors[0]
-    ray_cluster.kill(dead)
+    kill_actor(ray_cluster, dead)
     observation, reward, terminated, truncated, info = first.step(python_call("print(1)"))
     assert observation.startswith("Error: the worker running this environment died")
     assert (reward, terminated, truncated) == (first.truncation_reward, False, True)
@@ -133,6 +134,15 @@ def test_a_pool_in_another_process_joins_the_cluster_of_ray_address_and_leaves_i
 def test_a_pool_larger_than_the_cluster_is_refused_in_one_line(ray_cluster):
     with pytest.raises(ValueError, match=r"^3 env workers need 3 CPU in all, the Ray cluster has 2: lower"):
         RayEnvPool(ENV_ID, KWARGS, num_workers=3, worker_cpus=1.0)
+
+
+def test_actors_the_cluster_cannot_start_in_time_are_refused_in_one_line(pool, monkeypatch):
+    monkeypatch.setattr(remote_runtime, "START_TIMEOUT_S", 3.0)
+    # The module's pool holds 1 of the 2 CPUs: the second actor of 1 CPU waits for one in vain.
+    with pytest.raises(RemoteEnvError, match=r"^the 2 env actors of agentfly/Math-Python did not start within 3 s"):
+        RayEnvPool(ENV_ID, KWARGS, num_workers=2, worker_cpus=1.0)
+    monkeypatch.undo()
+    RayEnvPool(ENV_ID, KWARGS, num_workers=1, worker_cpus=1.0).close()  # the refused pool gave its CPU back
 
 
 def test_the_runtime_imports_without_ray_and_says_what_to_install():
