@@ -39,6 +39,7 @@ WHOLE_MAPPINGS = ("agent.env_kwargs", "data.val_env_kwargs")
 """Mappings that a config file, or an override of the whole key, replaces instead of merging into: the default's
 keys (``level``, ``task_seed``) belong to the default env. ``agent.env_kwargs.level=...`` still sets one key."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+ENV_RUNTIMES = ("local", "ray")
 
 
 class ConfigError(ValueError):
@@ -315,7 +316,14 @@ class RolloutConfig:
         dtype: vLLM's weights: ``auto`` (the policy's training precision: float32, or bfloat16 with
             ``model.dtype`` resolving to it), ``float32``, ``bfloat16``, ``float16``.
         max_model_len: vLLM's longest prompt + completion, tokens (``null``: the model's own limit).
-        env_workers: Threads stepping the envs concurrently.
+        env_runtime: Where the envs run: ``local`` (in the training process) or ``ray`` (in Ray actors anywhere on
+            the cluster, :class:`agentfly_envs.runtime.RayEnvPool`; needs the ``ray`` extra).
+        env_workers: ``local``: threads stepping the envs of one turn concurrently; ``ray``: env actors (the batch's
+            envs are spread over them, each steps its envs concurrently).
+        env_worker_cpus: ``ray``: CPUs each env actor reserves.
+        env_worker_resources: ``ray``: other Ray resources each env actor reserves, e.g. ``{tools: 1}``.
+        env_step_timeout: ``ray``: seconds an env step may take; past it the episode is truncated with an ``Error:``
+            observation and the actor replaced.
         async_episodes: Each episode at its own pace: its next turn goes to the engine as soon as its env step
             returns, and the engine batches whatever is pending (``null``: on with vLLM; the HF backend is turn by
             turn only).
@@ -331,7 +339,11 @@ class RolloutConfig:
     val_temperature: float = 0.0
     gpu_memory_utilization: float = 0.5
     tensor_model_parallel_size: int = 1
+    env_runtime: str = "local"
     env_workers: int = 8
+    env_worker_cpus: float = 1.0
+    env_worker_resources: dict[str, float] = field(default_factory=dict)
+    env_step_timeout: float = 300.0
     async_episodes: bool | None = None
     log_prob_micro_batch_size_per_gpu: int | None = None
     mode: str = "colocate"
@@ -717,7 +729,23 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
     if config.backend == "vllm":
         _validate_vllm(config)
+    _validate_env_runtime(rollout)
     _validate_algorithm(config)
+
+
+def _validate_env_runtime(rollout: RolloutConfig) -> None:
+    """``actor_rollout_ref.rollout.env_*``: where the envs run."""
+    from agentfly_envs.runtime import INSTALL_HINT, ray_available
+
+    _check_choice("actor_rollout_ref.rollout.env_runtime", rollout.env_runtime, ENV_RUNTIMES)
+    _check_positive("actor_rollout_ref.rollout.env_workers", rollout.env_workers)
+    _check_positive("actor_rollout_ref.rollout.env_step_timeout", rollout.env_step_timeout)
+    resources = {f"env_worker_resources.{name}": amount for name, amount in rollout.env_worker_resources.items()}
+    for key, value in {"env_worker_cpus": rollout.env_worker_cpus, **resources}.items():
+        if value < 0:
+            raise ConfigError(f"actor_rollout_ref.rollout.{key} must be >= 0, got {value}")
+    if rollout.env_runtime == "ray" and not ray_available():
+        raise ConfigError(f"actor_rollout_ref.rollout.env_runtime=ray {INSTALL_HINT}")
 
 
 def _validate_vllm(config: TrainConfig) -> None:

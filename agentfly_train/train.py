@@ -14,6 +14,8 @@ import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.errors import AgentflyError
+from agentfly_envs.runtime import EnvPool, LocalEnvPool, RayEnvPool, RemoteEnvError
+from agentfly_envs.runtime.remote import MAX_CONCURRENT_STEPS
 from agentfly_train.config import AGENT_TYPES, TINY_MODEL, ConfigError, TrainConfig
 from agentfly_train.data import env_task_rows, file_task_rows, trl_dataset
 from agentfly_train.generation import SamplingParams
@@ -176,14 +178,39 @@ class RunResult:
     resumed_from: str | None = None
 
 
+def env_pool(config: TrainConfig, kwargs: dict[str, Any]) -> EnvPool:
+    """The envs of the rollouts, made with ``kwargs``: in this process, or on ``env_workers`` Ray actors
+    (``actor_rollout_ref.rollout.env_runtime=ray``).
+
+    Raises:
+        ConfigError: the Ray cluster lacks, or cannot free within a while, the CPUs or resources the actors reserve.
+    """
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.env_runtime == "local":
+        return LocalEnvPool(config.env_id, kwargs)
+    try:
+        return RayEnvPool(
+            config.env_id,
+            kwargs,
+            num_workers=rollout.env_workers,
+            worker_cpus=rollout.env_worker_cpus,
+            worker_resources=rollout.env_worker_resources,
+            step_timeout=rollout.env_step_timeout,
+        )
+    except (ValueError, RemoteEnvError) as error:
+        raise ConfigError(f"actor_rollout_ref.rollout.env_workers / env_worker_*: {error}") from None
+
+
 def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any]) -> Any:
-    """The rollout engine's settings for the configured agent: an env pool made with ``kwargs``, the
-    budgets, training and validation sampling, and the env-stepping threads (shut down by the caller)."""
-    from agentfly_train.trainer import AgentRollout, EnvPool
+    """The rollout engine's settings for the configured agent: an env pool made with ``kwargs`` (:func:`env_pool`),
+    the budgets, training and validation sampling, and the env-stepping threads (shut down by the caller; with Ray
+    envs, enough threads to wait on every env of every actor)."""
+    from agentfly_train.trainer import AgentRollout
 
     rollout = config.actor_rollout_ref.rollout
+    threads = rollout.env_workers * (MAX_CONCURRENT_STEPS if rollout.env_runtime == "ray" else 1)
     return AgentRollout(
-        pool=EnvPool(config.env_id, kwargs),
+        pool=env_pool(config, kwargs),
         codec=codec,
         budgets=RolloutBudgets(
             max_turns=config.agent.max_turns if config.agent.use_agent else 1,
@@ -192,7 +219,7 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any])
         ),
         train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
         val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
-        executor=ThreadPoolExecutor(max_workers=rollout.env_workers),
+        executor=ThreadPoolExecutor(max_workers=threads),
         async_episodes=config.async_episodes,
     )
 

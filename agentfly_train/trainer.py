@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import torch
 from torch import Tensor
 from trl import GRPOTrainer
 
+from agentfly_envs.runtime import EnvPool, RayEnvPool
 from agentfly_train.algorithms import (
     KLController,
     agg_loss,
@@ -95,38 +95,12 @@ def env_reward(prompts: list[Any], completions: list[Any], env_reward: list[floa
     return [float(reward) for reward in env_reward]
 
 
-class EnvPool:
-    """Reusable env instances of one id, created on demand.
-
-    Args:
-        env_id: Registered id.
-        env_kwargs: ``gymnasium.make`` keyword arguments.
-    """
-
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
-        self.env_id = env_id
-        self.env_kwargs = dict(env_kwargs)
-        self.envs: list[gym.Env] = []
-
-    def take(self, count: int) -> list[gym.Env]:
-        """``count`` envs (the same instances on every call, grown as needed)."""
-        while len(self.envs) < count:
-            self.envs.append(gym.make(self.env_id, disable_env_checker=True, **self.env_kwargs))
-        return self.envs[:count]
-
-    def close(self) -> None:
-        """Closes every env."""
-        for env in self.envs:
-            env.close()
-        self.envs.clear()
-
-
 @dataclass
 class AgentRollout:
     """Everything the rollout engine needs besides the model.
 
     Attributes:
-        pool: Environments.
+        pool: Environments (in this process, or on Ray actors).
         codec: Chat-template token ids.
         budgets: Turn and token limits.
         train_params: Sampling for training rollouts.
@@ -395,6 +369,14 @@ class AgentGRPOTrainer(GRPOTrainer):
         metrics["timing/rollout_s"].append(seconds)
         metrics["timing/env_s"].append(env_seconds)
         metrics["throughput/gen_tokens_per_s"].append(sampled / max(seconds - env_seconds, 1e-9))
+        for name, value in self._remote_failures().items():
+            metrics[name].append(value)
+
+    def _remote_failures(self) -> dict[str, float]:
+        """``env/remote_failures``: env steps lost to a dead or timed-out Ray actor since the last call (remote
+        envs only)."""
+        pool = self.agent.pool
+        return {"env/remote_failures": sum(pool.pop_failures().values())} if isinstance(pool, RayEnvPool) else {}
 
     def _save_train_samples(self, trajectories: Sequence[Trajectory]) -> None:
         """Appends up to ``log_train_generations`` episodes of the coming step to ``train_samples/step_<N>.jsonl``
@@ -710,6 +692,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         stats, trajectories = self.agent.evaluate(self._rollout_backend(), self.val_rows, self.val_batch_size)
         stats.pop("env_seconds")
         stats["timing/s"] = time.perf_counter() - start
+        stats.update(self._remote_failures())
         if self.accelerator.is_main_process and self.log_val_generations:
             path = Path(self.args.output_dir) / "val_samples" / f"step_{self.state.global_step:06d}.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)

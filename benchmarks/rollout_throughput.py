@@ -50,6 +50,7 @@ def main() -> None:
 
     import agentfly_envs  # noqa: F401
     from agentfly_envs.adapters.trl import make_trl_environment, trl_dataset_rows
+    from agentfly_envs.runtime import LocalEnvPool
     from agentfly_train.config import QUICKSTART, load_config
     from agentfly_train.data import trl_dataset
     from agentfly_train.generation import SamplingParams
@@ -57,7 +58,7 @@ def main() -> None:
     from agentfly_train.sft import golden_token_rows, warm_start
     from agentfly_train.tiny_model import build_model, build_tokenizer
     from agentfly_train.train import make_codec
-    from agentfly_train.trainer import AgentGRPOTrainer, AgentRollout, EnvPool
+    from agentfly_train.trainer import AgentGRPOTrainer, AgentRollout
 
     torch.manual_seed(0)
     env_kwargs = {"level": "easy", "max_turns": args.max_turns, "tools": ("calculator", "answer")}
@@ -96,7 +97,7 @@ def main() -> None:
         def our_trainer(name: str, backend=None, async_episodes: bool = False) -> AgentGRPOTrainer:
             return AgentGRPOTrainer(
                 agent=AgentRollout(
-                    pool=EnvPool(our_env, env_kwargs), codec=codec,
+                    pool=LocalEnvPool(our_env, env_kwargs), codec=codec,
                     budgets=RolloutBudgets(args.max_turns, args.response_length, args.response_length),
                     train_params=SamplingParams(0.0 if args.greedy else 1.0), val_params=SamplingParams(0.0),
                     executor=ThreadPoolExecutor(args.episodes), async_episodes=async_episodes,

