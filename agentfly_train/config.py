@@ -760,8 +760,6 @@ def _validate_vllm(config: TrainConfig) -> None:
         raise ConfigError(
             f"actor_rollout_ref.rollout.gpu_memory_utilization must be in (0, 1], got {rollout.gpu_memory_utilization}"
         )
-    if config.actor_rollout_ref.model.lora_rank > 0:
-        raise ConfigError("actor_rollout_ref.rollout.name=vllm with LoRA is not supported yet; use name=hf")
     if not vllm_available():
         raise ConfigError(f"actor_rollout_ref.rollout.name=vllm: {INSTALL_HINT}")
 

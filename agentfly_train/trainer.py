@@ -297,12 +297,28 @@ class AgentGRPOTrainer(GRPOTrainer):
         if load_weights is not None and self._synced_step != self.state.global_step:
             shared = getattr(self.backend, "shared_by_processes", False)
             if self.accelerator.is_main_process or not shared:
-                model = self.accelerator.unwrap_model(self.model)
-                load_weights((name, tensor.detach()) for name, tensor in model.state_dict().items())
+                load_weights(self._engine_weights())
             if shared:
                 self.accelerator.wait_for_everyone()
             self._synced_step = self.state.global_step
         return self.backend
+
+    def _engine_weights(self) -> Iterator[tuple[str, Tensor]]:
+        """The policy's weights under the base model's Hugging Face names, for an engine with its own copy. A LoRA
+        policy's adapter is merged into them while they are read (the iterator must be read to the end)."""
+        from peft import PeftModel
+
+        model = self.accelerator.unwrap_model(self.model)
+        if not isinstance(model, PeftModel):
+            yield from ((name, tensor.detach()) for name, tensor in model.state_dict().items())
+            return
+        model.merge_adapter()
+        try:
+            for name, tensor in model.state_dict().items():
+                if ".lora_" not in name:
+                    yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), tensor.detach()
+        finally:
+            model.unmerge_adapter()
 
     @contextlib.contextmanager
     def _generation_model(self) -> Iterator[Any]:

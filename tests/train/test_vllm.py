@@ -197,10 +197,13 @@ def test_async_episodes_keep_budgets_masks_and_finish_reasons_under_sampling(eng
         assert len(runs) <= trajectory.num_turns and all(run <= budgets.max_tokens_per_turn for run in runs)
 
 
-@pytest.mark.parametrize("processes", [1, 2], ids=["one_process", "ddp_two_processes"])
-def test_training_samples_with_vllm_through_the_cli(tmp_path, processes):
+@pytest.mark.parametrize(
+    ("processes", "lora"), [(1, False), (2, False), (1, True)], ids=["one_process", "ddp_two_processes", "lora"]
+)
+def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora):
     """A CLI run on the colocated engine (asynchronous episodes); with 2 processes under ``accelerate launch``
-    (DDP on CPU) each process has its own engine, and both stay on the policy's weights."""
+    (DDP on CPU) each process has its own engine, and both stay on the policy's weights; with LoRA the engine
+    gets the base weights with the adapter merged in."""
     import json
     import sys
     from pathlib import Path
@@ -227,6 +230,7 @@ def test_training_samples_with_vllm_through_the_cli(tmp_path, processes):
         "actor_rollout_ref.actor.entropy_coeff=0.01",
         "actor_rollout_ref.actor.optim.lr=1e-3",
         f"trainer.default_local_dir={tmp_path}",
+        *(["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.actor.optim.lr=1e-2"] if lora else []),
     ]
     done = run_cli([*command, *overrides], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
