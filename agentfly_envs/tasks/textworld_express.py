@@ -87,5 +87,5 @@ class TextWorldExpressTasks(TaskSource):
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TaskFormatError(f"task field 'seed' must be an int, got {type(seed).__name__}")
         if split in SPLIT_SEEDS and seed not in SPLIT_SEEDS[split]:
-            seeds = SPLIT_SEEDS[split]
-            raise TaskFormatError(f"seed {seed} is not a {split} seed; {split} seeds are {seeds.start}-{seeds.stop - 1}")
+            first, last = SPLIT_SEEDS[split].start, SPLIT_SEEDS[split].stop - 1
+            raise TaskFormatError(f"seed {seed} is not a {split} seed; {split} seeds are {first}-{last}")

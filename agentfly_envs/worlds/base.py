@@ -82,6 +82,7 @@ class World(ABC):
             WorldCrashedError: the simulator failed.
         """
 
+    @abstractmethod
     def close(self) -> None:
         """Stops the simulator (a later :meth:`start` launches it again)."""
 
