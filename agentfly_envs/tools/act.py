@@ -135,7 +135,7 @@ class ActTool(Tool):
         elif state.failure:
             parts.append("[The task has failed.]")
         elif self.show_valid_actions and state.valid_actions:
-            parts.append("Valid actions: " + ", ".join(state.valid_actions))
+            parts.append("Valid actions: " + ", ".join(sorted(state.valid_actions)))  # the world lists them unordered
         return "\n\n".join(part for part in parts if part)
 
 

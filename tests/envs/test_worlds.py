@@ -4,6 +4,7 @@ world rewards, a simulator that dies, and the errors of a machine without the pa
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -206,3 +207,12 @@ def test_missing_package_or_java_says_what_to_install(setup, message):
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert message in done.stdout and len(done.stdout.strip().splitlines()) == 1
+
+
+def test_readme_world_example_runs_as_written(monkeypatch):
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "agentfly/TWX-Coin" in b)
+    namespace: dict = {}
+    exec(compile(block, "<README.md: interactive worlds>", "exec"), namespace)
+    assert (namespace["reward"], namespace["terminated"]) == (1.0, True)
+    assert namespace["info"]["reward_components"]["success"] == 1.0
