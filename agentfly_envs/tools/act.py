@@ -6,6 +6,8 @@ names the world (``row["world"]``, e.g. ``"textworld_express"``) and the game. O
 ``tool_options``::
 
     {"act": {"show_valid_actions": True}}   # list the commands the world accepts after each observation
+    {"act": {"timeout_s": 10}}              # a simulator that takes longer to answer counts as crashed (default 60;
+                                            # py4j tries a command twice, so a hang shows after about 2x this)
 
 An empty or overlong command, a command after the task ended, and a simulator that died are ``Error:``
 observations (``tool_error``); a command the world does not understand is the world's own answer.
@@ -29,19 +31,24 @@ class ActTool(Tool):
 
     Args:
         show_valid_actions: Append the commands the world accepts now to every observation.
+        timeout_s: Longest wait for one answer of the simulator, in seconds; a simulator that hangs longer is
+            stopped, and the episode ends with an error observation.
     """
 
-    def __init__(self, show_valid_actions: bool = False) -> None:
+    def __init__(self, show_valid_actions: bool = False, timeout_s: float = 60.0) -> None:
         super().__init__(self.act, name="act")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.show_valid_actions = show_valid_actions
+        self.timeout_s = timeout_s
         self._worlds: dict[str, World] = {}
         self._world: World | None = None
         self._state: WorldState | None = None
         self._crash: str | None = None
 
-    def for_env(self, show_valid_actions: bool = False) -> ActTool:
+    def for_env(self, show_valid_actions: bool = False, timeout_s: float = 60.0) -> ActTool:
         """A copy for one env, with no world started yet."""
-        return ActTool(show_valid_actions)
+        return ActTool(show_valid_actions, timeout_s)
 
     def begin_episode(self, row: Mapping[str, Any]) -> None:
         """Starts the row's game (launching the world's simulator on first use).
@@ -54,7 +61,7 @@ class ActTool(Tool):
         if not isinstance(name, str):
             raise TaskFormatError(f"the act tool needs rows naming a world (row['world']), got {row.get('world')!r}")
         if name not in self._worlds:
-            self._worlds[name] = get_world(name)()
+            self._worlds[name] = get_world(name)(timeout_s=self.timeout_s)
         self._world, self._state, self._crash = self._worlds[name], None, None
         try:
             self._state = self._world.start(row)

@@ -50,7 +50,11 @@ class WorldState:
 
 
 class World(ABC):
-    """One simulator session, reused across episodes (one per env)."""
+    """One simulator session, reused across episodes (one per env).
+
+    Subclasses take ``timeout_s``: the longest wait for one answer of the simulator, in seconds, after which it
+    counts as crashed.
+    """
 
     @abstractmethod
     def start(self, row: Mapping[str, Any]) -> WorldState:

@@ -76,7 +76,7 @@ class _JVM:
             self.process.wait()
 
 
-def _launch(read_timeout_s: float) -> _JVM:
+def _launch(timeout_s: float) -> _JVM:
     require_textworld_express()
     from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
     from textworld_express.constants import BASEPATH, JAR_PATH
@@ -85,7 +85,7 @@ def _launch(read_timeout_s: float) -> _JVM:
         port, process = launch_gateway(
             classpath=JAR_PATH, die_on_exit=True, cwd=BASEPATH, javaopts=list(JVM_OPTIONS), return_proc=True
         )
-        parameters = GatewayParameters(port=port, auto_field=True, read_timeout=read_timeout_s)
+        parameters = GatewayParameters(port=port, auto_field=True, read_timeout=timeout_s)
         gateway = JavaGateway(gateway_parameters=parameters, java_process=process)
         session = gateway.jvm.textworldexpress.runtime.PythonInterface()
     except Exception as e:  # py4j reports a JVM that fails to start in several ways
@@ -102,12 +102,13 @@ class TextWorldExpress(World):
     ``"numLocations=5,includeDoors=0"``; see the TextWorldExpress README for each game's).
 
     Args:
-        read_timeout_s: Longest wait for one answer of the simulator, in seconds; a JVM that hangs longer is
-            stopped and the episode reports it.
+        timeout_s: Longest wait for one answer of the simulator, in seconds; a JVM that hangs longer is
+            stopped and the episode reports it. py4j sends a command twice before it gives up, so a hung JVM is
+            found after about twice this.
     """
 
-    def __init__(self, read_timeout_s: float = 60.0) -> None:
-        self.read_timeout_s = read_timeout_s
+    def __init__(self, timeout_s: float = 60.0) -> None:
+        self.timeout_s = timeout_s
         self._jvm: _JVM | None = None
         self._loaded: tuple[str, str] | None = None  # the (game, params) the session generates
         self._row: dict[str, Any] = {}
@@ -128,7 +129,7 @@ class TextWorldExpress(World):
 
     def _start(self, row: Mapping[str, Any]) -> WorldState:
         if self._jvm is None or not self._jvm.alive():
-            self._jvm, self._loaded = _launch(self.read_timeout_s), None
+            self._jvm, self._loaded = _launch(self.timeout_s), None
         session = self._jvm.session
         game, params = str(row["game"]), str(row.get("params") or "")
         if self._loaded != (game, params):
@@ -150,16 +151,16 @@ class TextWorldExpress(World):
         return response
 
     def step(self, command: str) -> WorldState:
-        from py4j.protocol import Py4JError, Py4JNetworkError
+        from py4j.protocol import Py4JError, Py4JJavaError
 
         if self._jvm is None:
             raise WorldCrashedError("no game is running; start one first")
         command = command.encode("utf-8", "replace").decode("utf-8")  # py4j cannot send lone surrogates
         try:
             response = json.loads(self._jvm.session.stepJSON(command))
-        except Py4JError as e:
-            if not isinstance(e, Py4JNetworkError) and self._jvm.alive():
-                raise WorldCommandError(f"the world could not carry out {command[:100]!r}: {_first_line(e)}") from None
+        except Py4JJavaError as e:  # the simulator threw on this command and runs on
+            raise WorldCommandError(f"the world could not carry out {command[:100]!r}: {_first_line(e)}") from None
+        except Py4JError as e:  # no answer: the JVM died, or hung past the timeout
             self._drop()
             raise WorldCrashedError(f"the TextWorldExpress simulator stopped: {_first_line(e)}") from None
         self._history.append(command)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -216,3 +217,18 @@ def test_readme_world_example_runs_as_written(monkeypatch):
     exec(compile(block, "<README.md: interactive worlds>", "exec"), namespace)
     assert (namespace["reward"], namespace["terminated"]) == (1.0, True)
     assert namespace["info"]["reward_components"]["success"] == 1.0
+
+
+def test_a_hung_simulator_times_out_into_an_error():
+    env = gym.make("agentfly/TWX-Coin", tool_options={"act": {"timeout_s": 2}})
+    env.reset(options={"index": 0})
+    process = env.unwrapped.tools["act"]._worlds["textworld_express"]._jvm.process
+    os.kill(process.pid, signal.SIGSTOP)  # the JVM this env launched stops answering
+    start = time.monotonic()
+    observation, reward, terminated, _, info = env.step(act("look around"))
+    assert 2 <= time.monotonic() - start < 12  # py4j tries twice
+    assert observation.startswith("Error: the world stopped working") and terminated and reward == 0.0
+    assert process.poll() is not None  # killed, so the next reset launches a fresh one
+    env.reset(options={"index": 1})
+    assert env.step(act("look around"))[0].startswith("You are in")
+    env.close()
