@@ -22,7 +22,7 @@ from gymnasium.error import ResetNeeded
 
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, TaskFormatError
 from agentfly_envs.parsers import Action, Parser, ParseResult, ToolCall, get_parser
-from agentfly_envs.rewards import RewardFunction, get_reward
+from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, get_reward
 from agentfly_envs.spaces import TextSpace
 from agentfly_envs.tasks import GoldenSolution, Row, TaskSource, get_task_source
 from agentfly_envs.tools import CallStatus, Tool, get_tool
@@ -169,6 +169,11 @@ class ToolEnv(gym.Env[str, Action]):
         self._schemas_json = json.dumps(self._schemas)  # json.loads of it is a fast deep copy
         self._answer_by_tool = any(tool.ends_episode for tool in self.tools.values())
         self._world: ActTool | None = next((t for t in self.tools.values() if isinstance(t, ActTool)), None)
+        if (reward in WORLD_REWARDS) != (self._world is not None):
+            raise ValueError(
+                f"reward {reward!r} with tools {tuple(tools)}: the world rewards {list(WORLD_REWARDS)} score the "
+                "world the act tool plays, so they go together"
+            )
         self._system_prompt = self._build_system_prompt()
         self._episode: _Episode | None = None
 

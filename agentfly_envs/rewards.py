@@ -333,6 +333,10 @@ def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
 # ----------------------------------------------------------------------------------------------
 
 
+WORLD_REWARDS = ("world_success", "world_score")
+"""The rewards that score an interactive world's state, for envs with the ``act`` tool (and only those)."""
+
+
 def _world_components(world: GroundTruth) -> dict[str, float]:
     if not isinstance(world, Mapping):
         raise TypeError("world rewards score an interactive world's state; use them in envs with the act tool")

@@ -232,3 +232,10 @@ def test_a_hung_simulator_times_out_into_an_error():
     env.reset(options={"index": 1})
     assert env.step(act("look around"))[0].startswith("You are in")
     env.close()
+
+
+def test_world_rewards_and_the_act_tool_go_together():
+    with pytest.raises(ValueError, match="the world rewards .* score the world the act tool plays"):
+        gym.make("agentfly/Arith-Calc", reward="world_success")
+    with pytest.raises(ValueError, match="reward 'math_equal' with tools \\('act',\\)"):
+        gym.make("agentfly/TWX-Coin", reward="math_equal")
