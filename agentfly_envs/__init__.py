@@ -20,6 +20,7 @@ from agentfly_envs.errors import (
     EpisodeFinishedError,
     TaskFormatError,
     UnknownNameError,
+    WorldUnavailableError,
 )
 from agentfly_envs.parsers import PARSERS, Parser, ParseResult, ToolCall, get_parser
 from agentfly_envs.registration import ENVIRONMENTS, register_envs
@@ -55,6 +56,7 @@ __all__ = [
     "ToolEnv",
     "ToolError",
     "UnknownNameError",
+    "WorldUnavailableError",
     "get_parser",
     "get_reward",
     "get_task_source",

@@ -1,7 +1,8 @@
 """``ToolEnv``: a Gymnasium environment in which an LLM agent solves a task by calling tools.
 
 An env is a composition, each part picked by registry name: a task source (the dataset rows), a
-tool set, an action parser and a reward function. Observations and actions are text.
+tool set, an action parser and a reward function. Observations and actions are text. An interactive world
+(:mod:`agentfly_envs.worlds`) is one more tool, ``act``: the task rows name its games.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from gymnasium.error import ResetNeeded
 
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, TaskFormatError
 from agentfly_envs.parsers import Action, Parser, ParseResult, ToolCall, get_parser
-from agentfly_envs.rewards import RewardFunction, get_reward
+from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, get_reward
 from agentfly_envs.spaces import TextSpace
 from agentfly_envs.tasks import GoldenSolution, Row, TaskSource, get_task_source
 from agentfly_envs.tools import CallStatus, Tool, get_tool
+from agentfly_envs.tools.act import ActTool
 
 ERROR_KINDS = (
     "parse_error",
@@ -78,6 +80,10 @@ class ToolEnv(gym.Env[str, Action]):
     terminates and the reward function scores it. A turn that calls a tool marked
     ``ends_episode`` (``answer``) is scored on that call's argument. When ``max_turns`` assistant
     turns have passed without an answer the episode is truncated with ``truncation_reward``.
+
+    With the ``act`` tool the env is an interactive world: the user turn holds the game's goal and first
+    observation, the episode also terminates when the world says the task is solved or failed, and the
+    reward scores the world's final state (``act``'s ``report()``) instead of a reference answer.
 
     Agent mistakes never raise: malformed calls, unknown tools, bad arguments, tool failures,
     oversized turns each become an ``Error: ...`` observation and a count in ``info["error_counts"]``.
@@ -162,6 +168,12 @@ class ToolEnv(gym.Env[str, Action]):
         self._schemas = [tool.schema for tool in self.tools.values()]
         self._schemas_json = json.dumps(self._schemas)  # json.loads of it is a fast deep copy
         self._answer_by_tool = any(tool.ends_episode for tool in self.tools.values())
+        self._world: ActTool | None = next((t for t in self.tools.values() if isinstance(t, ActTool)), None)
+        if (reward in WORLD_REWARDS) != (self._world is not None):
+            raise ValueError(
+                f"reward {reward!r} with tools {tuple(tools)}: the world rewards {list(WORLD_REWARDS)} score the "
+                "world the act tool plays, so they go together"
+            )
         self._system_prompt = self._build_system_prompt()
         self._episode: _Episode | None = None
 
@@ -196,6 +208,7 @@ class ToolEnv(gym.Env[str, Action]):
 
         Raises:
             TaskFormatError: the selected row lacks a field the task needs.
+            WorldUnavailableError: the env's world cannot run here (e.g. no Java).
         """
         super().reset(seed=seed)
         row, index = self._select_task(dict(options or {}))
@@ -203,6 +216,8 @@ class ToolEnv(gym.Env[str, Action]):
         for tool in self.tools.values():
             tool.begin_episode(row)
         user_prompt = self.tasks.user_prompt(row)
+        if self._world is not None:
+            user_prompt = "\n\n".join(part for part in (user_prompt, self._world.introduction()) if part)
         messages = [
             {"role": "system", "content": self._system_prompt},
             {"role": "user", "content": user_prompt},
@@ -263,13 +278,14 @@ class ToolEnv(gym.Env[str, Action]):
         episode.messages.append(_assistant_message(action))
 
         turn = self._run_turn(action, episode)
-        terminated = turn.answer is not None
+        world = self._world.report() if self._world is not None else None
+        terminated = turn.answer is not None or (world is not None and world["done"] > 0)
         truncated = not terminated and episode.turn >= self.max_turns
         reward, components = 0.0, {}
-        if terminated:
-            scored = self.reward_fn(turn.answer, episode.ground_truth)
+        if terminated or (truncated and world is not None):  # a world's state is worth reporting either way
+            scored = self.reward_fn(turn.answer or "", episode.ground_truth if world is None else world)
             reward, components = float(scored.score), dict(scored.components)
-        elif truncated:
+        if truncated:
             reward = self.truncation_reward
         episode.done = terminated or truncated
         if episode.done:
@@ -296,8 +312,10 @@ class ToolEnv(gym.Env[str, Action]):
         )
 
     def close(self) -> None:
-        """Frees the tools' per-episode resources (e.g. kills a sandbox session)."""
+        """Frees the tools' resources (e.g. kills a sandbox session, stops a world's simulator)."""
         self._end_episode()
+        for tool in self.tools.values():
+            tool.close()
         super().close()
 
     def _end_episode(self) -> None:
@@ -369,9 +387,11 @@ class ToolEnv(gym.Env[str, Action]):
         The steps of the task's golden solution become calls (arithmetic to the calculator, or to
         Python as ``print(expression)``; programs to Python; queries to ``search``); they are spread
         over at most ``max_turns - 1`` turns (several calls per turn when needed), and the last turn answers.
+        In a world env they are the simulator's gold path for the running game, one ``act`` call each,
+        spread over at most ``max_turns`` turns; the world ends the episode, so there is no answer turn.
 
         Args:
-            row: The task; defaults to the current episode's row.
+            row: The task; defaults to the current episode's row (a world env knows only the running game's).
 
         Returns:
             Actions to pass to ``step`` one by one.
@@ -383,19 +403,27 @@ class ToolEnv(gym.Env[str, Action]):
             if self._episode is None:
                 raise ResetNeeded("call reset() first, or pass the row to golden_actions(row)")
             row = self._episode.row
+        if self._world is not None:
+            return self._golden_world_actions(row)
         solution = self.tasks.golden(row)
         if solution is None:
             raise AgentflyError(f"{type(self.tasks).__name__} provides no golden solutions")
         calls = self._golden_calls(solution)
         num_turns = min(len(calls), self.max_turns - 1)
-        chunks = [list(chunk) for chunk in np.array_split(np.arange(len(calls)), num_turns)] if num_turns else []
-        actions = [self.parser.format_calls([calls[i] for i in chunk]) for chunk in chunks]
+        actions = [self.parser.format_calls([calls[i] for i in chunk]) for chunk in _chunks(len(calls), num_turns)]
         if self._answer_by_tool:
             name = next(name for name, tool in self.tools.items() if tool.ends_episode)
             actions.append(self.parser.format_calls([ToolCall(name, {"answer": solution.answer})]))
         else:
             actions.append(self.parser.format_final(solution.final or f"The answer is \\boxed{{{solution.answer}}}."))
         return actions
+
+    def _golden_world_actions(self, row: Row) -> list[Action]:
+        if self._episode is None or row != self._episode.row:
+            raise AgentflyError("a world's gold path comes from its running game: reset(options={'task': row}) first")
+        calls = [ToolCall(self._world.name, {"command": command}) for command in self._world.gold_commands()]
+        num_turns = min(len(calls), self.max_turns)
+        return [self.parser.format_calls([calls[i] for i in chunk]) for chunk in _chunks(len(calls), num_turns)]
 
     def _golden_calls(self, solution: GoldenSolution) -> list[ToolCall]:
         if "calculator" in self.tools:
@@ -429,6 +457,11 @@ class _TurnResult:
     def add_error(self, text: str, call: ToolCall | None = None) -> None:
         """Adds an error observation, as a tool message the model reads."""
         self.messages.append(_tool_message(call, f"Error: {text}"))
+
+
+def _chunks(count: int, parts: int) -> list[list[int]]:
+    """``range(count)`` split into ``parts`` consecutive runs of near-equal length (none when ``parts`` is 0)."""
+    return [[int(i) for i in chunk] for chunk in np.array_split(np.arange(count), parts)] if parts else []
 
 
 def _make_task_source(name: str, task_kwargs: dict[str, Any]) -> TaskSource:

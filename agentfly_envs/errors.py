@@ -33,3 +33,7 @@ class DataUnavailableError(AgentflyError, RuntimeError):
 
 class EpisodeFinishedError(AgentflyError, RuntimeError):
     """``step()`` was called after the episode terminated or was truncated, without a ``reset()``."""
+
+
+class WorldUnavailableError(AgentflyError, RuntimeError):
+    """An interactive world cannot run here: its package or its runtime (Java) is missing, or it will not start."""

@@ -12,6 +12,18 @@ import gymnasium as gym
 
 ENTRY_POINT = "agentfly_envs.core:ToolEnv"
 
+TWX_GAMES: dict[str, str] = {
+    "Coin": "coin",
+    "Cooking": "cookingworld",
+    "Commonsense": "twc",
+    "MapReader": "mapreader",
+    "Sorting": "sorting",
+    "Arithmetic": "arithmetic",
+    "PeckingOrder": "peckingorder",
+    "SimonSays": "simonsays",
+}
+"""``agentfly/TWX-<name>`` -> the TextWorldExpress game it plays."""
+
 ENVIRONMENTS: dict[str, dict[str, Any]] = {
     "agentfly/GSM8K-Calc": {
         "task": "gsm8k",
@@ -55,6 +67,17 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
         "reward": "math_reward_string_equal",
         "max_turns": 8,
     },
+    **{
+        f"agentfly/TWX-{name}": {
+            "task": "textworld_express",
+            "game": game,
+            "tools": ("act",),
+            "parser": "hermes",
+            "reward": "world_success",
+            "max_turns": 50,
+        }
+        for name, game in TWX_GAMES.items()
+    },
 }
 """Environment id -> default ``ToolEnv`` kwargs.
 
@@ -74,6 +97,10 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
   ``question`` (or ``prompt``/``instruction``/``problem``) is the user turn, ``answer`` the reference; MBPP- and
   HumanEval-style rows are code tasks. Pick ``tools=``, ``parser=`` and ``reward=`` for the data; this is the
   env ``python -m agentfly_train`` builds when ``agent.env`` is not given.
+- ``agentfly/TWX-<Game>``: a TextWorldExpress game (:data:`TWX_GAMES`) as an interactive world: the agent plays
+  it with ``act`` commands; ``split=`` "train"/"dev"/"test" picks the seeds, ``params=`` the simulator's
+  generation parameters; ``world_success`` scores 1 when the game is won (``reward="world_score"`` for partial
+  credit). Needs ``pip install 'agentfly-rl[worlds]'`` and Java.
 """
 
 

@@ -2,7 +2,8 @@
 
 Every reward has one signature, ``fn(response, ground_truth) -> RewardResult``: ``response`` is the
 agent's final answer text, ``ground_truth`` the task's reference (a string, a list of acceptable
-strings for QA, or the unit tests for code). The score is in [0, 1]; ``components`` holds the parts
+strings for QA, or the unit tests for code), or, in an env with an interactive world, the world's final
+state (``world_success``, ``world_score``). The score is in [0, 1]; ``components`` holds the parts
 it was computed from, which the env reports in ``info["reward_components"]``.
 """
 
@@ -13,7 +14,7 @@ import re
 import string
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
@@ -33,7 +34,7 @@ class RewardResult:
     components: dict[str, float] = field(default_factory=dict)
 
 
-GroundTruth = str | Sequence[str]
+GroundTruth = str | Sequence[str] | Mapping[str, float]
 RewardFunction = Callable[[str, GroundTruth], RewardResult]
 REWARDS: Registry[RewardFunction] = Registry("reward", where="agentfly_envs/rewards.py")
 
@@ -325,3 +326,46 @@ def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
             "code_found": float(bool(code.strip())),
         },
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Interactive worlds
+# ----------------------------------------------------------------------------------------------
+
+
+WORLD_REWARDS = ("world_success", "world_score")
+"""The rewards that score an interactive world's state, for envs with the ``act`` tool (and only those)."""
+
+
+def _world_components(world: GroundTruth) -> dict[str, float]:
+    if not isinstance(world, Mapping):
+        raise TypeError("world rewards score an interactive world's state; use them in envs with the act tool")
+    return {key: float(world.get(key, 0.0)) for key in ("success", "score", "moves", "world_error")}
+
+
+@REWARDS.register("world_success")
+def world_success(response: str, ground_truth: GroundTruth) -> RewardResult:
+    """1.0 when the world's task is solved, else 0.0; what the agent wrote last is not read.
+
+    ``ground_truth`` is the world's final state (``ActTool.report()``). Components: ``success``, ``score``
+    (the world's own progress, in [0, 1]), ``moves`` (commands played) and ``world_error`` (1.0 when the
+    simulator died during the episode).
+
+    Example:
+        >>> world_success("", {"done": 1.0, "success": 1.0, "score": 1.0, "moves": 12.0, "world_error": 0.0})
+        RewardResult(score=1.0, components={'success': 1.0, 'score': 1.0, 'moves': 12.0, 'world_error': 0.0})
+    """
+    components = _world_components(ground_truth)
+    return RewardResult(components["success"], components)
+
+
+@REWARDS.register("world_score")
+def world_score(response: str, ground_truth: GroundTruth) -> RewardResult:
+    """The world's normalised score in [0, 1] (partial credit for progress); components as ``world_success``.
+
+    Example:
+        >>> world_score("", {"done": 0.0, "success": 0.0, "score": 0.25, "moves": 3.0, "world_error": 0.0}).score
+        0.25
+    """
+    components = _world_components(ground_truth)
+    return RewardResult(components["score"], components)

@@ -88,8 +88,10 @@ def annotation_agreement(tasks: TaskSource) -> tuple[int, int]:
 
 
 def replay_single(env_id: str, plans: Sequence[list], **kwargs) -> ReplayStats:
-    """Replays ``plans[i]`` (the golden actions of task ``i``) for every task in one env; times only reset/step."""
+    """Replays ``plans[i]`` (the golden actions of task ``i``) for every task in one env; times only reset/step,
+    after one untimed reset (which may start a process, such as a world's JVM)."""
     env = gym.make(env_id, **kwargs)
+    env.reset(options={"index": 0})
     stats = ReplayStats()
     start = time.perf_counter()
     for index, actions in enumerate(plans):

@@ -26,6 +26,24 @@ OFFLINE_KWARGS = {
 """``gym.make`` kwargs that let each registered id run offline, on the project's sample data."""
 
 
+def world_unavailable_reason() -> str | None:
+    """Why the TextWorldExpress envs cannot run here (package or Java missing), or ``None`` when they can."""
+    from agentfly_envs.errors import WorldUnavailableError
+    from agentfly_envs.worlds.textworld_express import require_textworld_express
+
+    try:
+        require_textworld_express()
+    except WorldUnavailableError as error:
+        return str(error)
+    return None
+
+
+needs_textworld_express = pytest.mark.skipif(
+    world_unavailable_reason() is not None, reason=str(world_unavailable_reason())
+)
+"""Skips a test where textworld-express or Java is missing (CI installs both, so it runs there)."""
+
+
 @pytest.fixture(scope="session")
 def gsm8k_sample() -> Path:
     """The project's 12-row GSM8K-format file."""

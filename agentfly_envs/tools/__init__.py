@@ -1,11 +1,11 @@
 """Tools agents can call: each module registers its functions in :data:`TOOLS`.
 
 Built in: ``calculator`` (safe arithmetic), ``python`` (a program in a fresh sandboxed interpreter),
-``python_executor`` (sandboxed Python with notebook semantics per episode), ``search`` (a retriever)
-and ``answer`` (submits the final answer and ends the episode).
+``python_executor`` (sandboxed Python with notebook semantics per episode), ``search`` (a retriever),
+``answer`` (submits the final answer and ends the episode) and ``act`` (a command to an interactive world).
 """
 
-from agentfly_envs.tools import answer, calculator, python, python_executor, search  # noqa: F401  (registers them)
+from agentfly_envs.tools import act, answer, calculator, python, python_executor, search  # noqa: F401  (registers them)
 from agentfly_envs.tools.base import TOOLS, CallStatus, Tool, ToolError, ToolResult, get_tool, register_tool
 
 __all__ = ["TOOLS", "CallStatus", "Tool", "ToolError", "ToolResult", "get_tool", "register_tool"]

@@ -103,6 +103,9 @@ class Tool:
     def end_episode(self) -> None:
         """Called by the env when an episode ends or the env closes; stateful tools free resources here."""
 
+    def close(self) -> None:
+        """Called by the env when it closes; tools that keep a process across episodes (a world) stop it here."""
+
     @cached_property
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style function schema ``{"type": "function", "function": {...}}`` (computed once)."""

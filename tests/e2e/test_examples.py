@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, needs_textworld_express
 
 
 def run_script(*args: str, timeout: int = 600) -> str:
@@ -61,6 +61,29 @@ def test_env_throughput_benchmark(tmp_path, gsm8k_sample):
     assert results["GSM8K-Calc"]["calculator_matches_annotation"] == 1.0
     assert results["Arith-Calc (hard)"]["single"]["env_steps_per_s"] > 0
     assert "env steps/s" in out
+
+
+@needs_textworld_express
+def test_env_demo_on_a_world():
+    out = run_script("-m", "agentfly_envs", "--env-id", "agentfly/TWX-Coin", "--episodes", "20")
+    assert "[tool] You take the coin.\n\n[The task is complete.]" in out
+    assert "[tool] Error: unknown tool 'calculater'; available tools: act" in out
+    assert "20 golden episodes: 100.0% solved" in out
+
+
+@needs_textworld_express
+def test_world_throughput_benchmark(tmp_path):
+    result_file = tmp_path / "world.json"
+    out = run_script(
+        "benchmarks/world_throughput.py", "--games", "Coin", "SimonSays", "--episodes", "10", "--vector-steps", "20",
+        "--repeats", "1", "--json", str(result_file),
+    )  # fmt: skip
+    results = json.loads(result_file.read_text())
+    assert set(results) == {"Coin", "SimonSays"}
+    for result in results.values():
+        assert result["bare_world"]["golden_solved"] == result["single"]["golden_solved"] == 1.0
+        assert result["single"]["env_steps_per_s"] > 0 and result["first_game_s"] > result["reset_s"] > 0
+    assert "env steps/s" in out and "JVM start + first game" in out
 
 
 def test_sandbox_latency_benchmark(tmp_path):

@@ -4,6 +4,7 @@ from agentfly_envs import PARSERS, REWARDS, TASKS, TOOLS
 from agentfly_envs.errors import DuplicateRegistrationError, UnknownNameError
 from agentfly_envs.registry import Registry
 from agentfly_envs.retrieval import RETRIEVERS
+from agentfly_envs.worlds import WORLDS
 
 
 def test_get_returns_registered_entry_and_iterates_sorted():
@@ -33,8 +34,12 @@ def test_unknown_name_suggests_close_match_and_lists_known():
 
 
 def test_builtin_registries_hold_what_the_readme_lists():
-    assert set(TOOLS) == {"answer", "calculator", "google_search", "python", "python_executor", "search"}
+    assert set(TOOLS) == {"act", "answer", "calculator", "google_search", "python", "python_executor", "search"}
     assert set(PARSERS) == {"code", "hermes", "react", "tool_calls"}
-    assert set(REWARDS) == {"code_reward", "math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward"}
-    assert set(TASKS) == {"arithmetic", "code_tests", "files", "gsm8k", "hotpotqa"}
+    assert set(REWARDS) == {
+        "code_reward", "math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward", "world_score",
+        "world_success",
+    }  # fmt: skip
+    assert set(TASKS) == {"arithmetic", "code_tests", "files", "gsm8k", "hotpotqa", "textworld_express"}
     assert set(RETRIEVERS) == {"bm25", "context", "http"}
+    assert set(WORLDS) == {"textworld_express"}

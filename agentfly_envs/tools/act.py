@@ -1,0 +1,149 @@
+"""``act``: the agent's command to an interactive world (see :mod:`agentfly_envs.worlds`); the world's answer
+is the tool output.
+
+Each env gets its own copy, which holds one session per world kind and reuses it across episodes. The task row
+names the world (``row["world"]``, e.g. ``"textworld_express"``) and the game. Options, via the env's
+``tool_options``::
+
+    {"act": {"show_valid_actions": True}}   # list the commands the world accepts after each observation
+    {"act": {"timeout_s": 10}}              # a simulator that takes longer to answer counts as crashed (default 60;
+                                            # py4j tries a command twice, so a hang shows after about 2x this)
+
+An empty or overlong command, a command after the task ended, and a simulator that died are ``Error:``
+observations (``tool_error``); a command the world does not understand is the world's own answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentfly_envs.errors import TaskFormatError, WorldUnavailableError
+from agentfly_envs.tools.base import TOOLS, Tool, ToolError
+from agentfly_envs.worlds import World, WorldCommandError, WorldCrashedError, WorldState, get_world
+
+MAX_COMMAND_CHARS = 300
+"""Longest command accepted, in characters."""
+
+
+class ActTool(Tool):
+    """The ``act`` tool of one env.
+
+    Args:
+        show_valid_actions: Append the commands the world accepts now to every observation.
+        timeout_s: Longest wait for one answer of the simulator, in seconds; a simulator that hangs longer is
+            stopped, and the episode ends with an error observation.
+    """
+
+    def __init__(self, show_valid_actions: bool = False, timeout_s: float = 60.0) -> None:
+        super().__init__(self.act, name="act")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.show_valid_actions = show_valid_actions
+        self.timeout_s = timeout_s
+        self._worlds: dict[str, World] = {}
+        self._world: World | None = None
+        self._state: WorldState | None = None
+        self._crash: str | None = None
+
+    def for_env(self, show_valid_actions: bool = False, timeout_s: float = 60.0) -> ActTool:
+        """A copy for one env, with no world started yet."""
+        return ActTool(show_valid_actions, timeout_s)
+
+    def begin_episode(self, row: Mapping[str, Any]) -> None:
+        """Starts the row's game (launching the world's simulator on first use).
+
+        Raises:
+            TaskFormatError: the row names no world, or a game the world does not know.
+            WorldUnavailableError: the world cannot run here (package or Java missing, simulator will not start).
+        """
+        name = row.get("world")
+        if not isinstance(name, str):
+            raise TaskFormatError(f"the act tool needs rows naming a world (row['world']), got {row.get('world')!r}")
+        if name not in self._worlds:
+            self._worlds[name] = get_world(name)(timeout_s=self.timeout_s)
+        self._world, self._state, self._crash = self._worlds[name], None, None
+        try:
+            self._state = self._world.start(row)
+        except WorldCrashedError as e:
+            raise WorldUnavailableError(str(e)) from None
+
+    def introduction(self) -> str:
+        """The goal and the first observation of the running game, for the user turn."""
+        if self._world is None or self._state is None:
+            raise RuntimeError("no game is running; the env calls begin_episode first")
+        return f"Task: {self._world.task_description().strip()}\n\n{self._render(self._state)}"
+
+    def act(self, command: str) -> str:
+        """Do one thing in the world, written as a short command like in a text adventure.
+
+        Args:
+            command: One action, e.g. "look around", "move north", "open fridge", "take coin", "put apple in box".
+
+        Returns:
+            What happens: the world's description of the result, or a line starting with "Error:".
+        """
+        if self._crash is not None:
+            raise ToolError(self._crash)
+        if self._world is None or self._state is None:
+            raise ToolError("no game is running")
+        if self._state.done:
+            raise ToolError("the task has already ended; no more actions are needed")
+        command = " ".join(command.split())
+        if not command:
+            raise ToolError('the command is empty; type one action, e.g. "look around"')
+        if len(command) > MAX_COMMAND_CHARS:
+            raise ToolError(f"the command is {len(command)} characters long; keep it under {MAX_COMMAND_CHARS}")
+        try:
+            self._state = self._world.step(command)
+        except WorldCommandError as e:
+            raise ToolError(str(e)) from None
+        except WorldCrashedError as e:
+            self._crash = f"the world stopped working ({e}); this episode is over and the next one restarts it"
+            raise ToolError(self._crash) from None
+        return self._render(self._state)
+
+    def report(self) -> dict[str, float]:
+        """The running game's state: ``done``, ``success``, ``score`` (in [0, 1]), ``moves`` and ``world_error``
+        (1 when the simulator died), the quantities world rewards score."""
+        state, crashed = self._state, self._crash is not None
+        if state is None:
+            return {"done": float(crashed), "success": 0.0, "score": 0.0, "moves": 0.0, "world_error": float(crashed)}
+        return {
+            "done": float(state.done or crashed),
+            "success": float(state.success),
+            "score": state.score,
+            "moves": float(state.moves),
+            "world_error": float(crashed),
+        }
+
+    def gold_commands(self) -> list[str]:
+        """Commands that solve the running game from its start.
+
+        Raises:
+            WorldUnavailableError: the simulator failed.
+        """
+        if self._world is None:
+            return []
+        try:
+            return self._world.gold_commands()
+        except WorldCrashedError as e:
+            raise WorldUnavailableError(str(e)) from None
+
+    def close(self) -> None:
+        """Stops the env's worlds' simulators."""
+        for world in self._worlds.values():
+            world.close()
+
+    def _render(self, state: WorldState) -> str:
+        parts = [state.observation]
+        if state.success:
+            parts.append("[The task is complete.]")
+        elif state.failure:
+            parts.append("[The task has failed.]")
+        elif self.show_valid_actions and state.valid_actions:
+            parts.append("Valid actions: " + ", ".join(sorted(state.valid_actions)))  # the world lists them unordered
+        return "\n\n".join(part for part in parts if part)
+
+
+TOOLS.add("act", ActTool())

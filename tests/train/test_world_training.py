@@ -1,0 +1,59 @@
+"""A TextWorldExpress env plugs into the trainer: two RL steps of the tiny model on TWX-Coin through the CLI, after
+a warm start on the world's gold paths, with validation on the dev split."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import sys
+
+import pytest
+
+from agentfly_train.callbacks import MetricsFile
+from tests.conftest import REPO_ROOT, needs_textworld_express
+from tests.train.conftest import run_cli
+
+pytestmark = [pytest.mark.slow, needs_textworld_express]
+
+TWX_RUN = (
+    "agent.env=agentfly/TWX-Coin",
+    "agent.env_kwargs={num_tasks: 8}",
+    "data.val_env_kwargs={split: dev}",
+    "data.val_size=2",
+    "agent.max_turns=3",
+    "agent.num_chains=2",
+    "agent.max_tokens_per_turn=16",
+    "data.train_batch_size=2",
+    "actor_rollout_ref.model.tiny_hidden_size=32",
+    "actor_rollout_ref.rollout.response_length=128",
+    "sft.steps=2",
+    "sft.num_demos=2",
+    "trainer.total_training_steps=2",
+    "trainer.logger=[console]",
+)
+"""The README's command: the quickstart preset on TWX-Coin, shrunk to two steps."""
+
+
+def test_readme_shows_this_command():
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", readme, re.DOTALL) if "agentfly/TWX-Coin" in b)
+    assert shlex.split(block.replace("\\\n", " ")) == [
+        "python", "-m", "agentfly_train", "--config", "quickstart", *TWX_RUN
+    ]  # fmt: skip
+
+
+def test_tiny_model_trains_two_steps_on_twx_coin(tmp_path):
+    command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart", *TWX_RUN]
+    done = run_cli([*command, f"trainer.default_local_dir={tmp_path}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [record for record in MetricsFile(tmp_path / "metrics.jsonl").read() if "loss" in record]
+    assert [record["step"] for record in records] == [1, 2]
+    assert all(math.isfinite(record["loss"]) for record in records)
+    samples = [json.loads(line) for line in (tmp_path / "val_samples" / "step_000002.jsonl").read_text().splitlines()]
+    assert len(samples) == 2
+    for sample in samples:
+        assert sample["messages"][1]["content"].startswith("Task: Your task is to search the environment")
+        assert set(sample["reward_components"]) == {"success", "score", "moves", "world_error"}
+    assert "SFT warm start: mean loss" in done.stdout
