@@ -93,6 +93,8 @@ def test_two_ray_workers_train_as_two_accelerate_processes(ray_address, tmp_path
     assert "run directory:" in done.stdout and "(2 steps)" in done.stdout
     ray_steps = _steps(tmp_path / "ray")
     assert [record["step"] for record in ray_steps] == [1, 2]  # each step logged once, by rank 0
+    report = (tmp_path / "ray" / "report.html").read_text()  # the run report, written at the end by rank 0
+    assert "Reward and accuracy" in report and "could not write" not in done.stdout
 
     launcher = Path(sys.executable).with_name("accelerate")
     command = [str(launcher), "launch", "--num_processes=2", "--num_machines=1", "--mixed_precision=no",
