@@ -709,12 +709,13 @@ def validate(config: TrainConfig) -> None:
         ("actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs),
         ("trainer.total_epochs", trainer.total_epochs),
         ("trainer.nnodes", trainer.nnodes),
-        ("trainer.n_gpus_per_node", trainer.n_gpus_per_node),
         ("trainer.cpus_per_worker", trainer.cpus_per_worker),
     ):
         _check_positive(key, value)
     _check_positive("trainer.total_training_steps", trainer.total_training_steps, allow_none=True)
     _check_positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, allow_none=True)
+    if trainer.n_gpus_per_node < 0:
+        raise ConfigError(f"trainer.n_gpus_per_node must be >= 0 (0: a CPU run), got {trainer.n_gpus_per_node}")
     if trainer.log_train_generations < 0:
         raise ConfigError(f"trainer.log_train_generations must be >= 0, got {trainer.log_train_generations}")
     if rollout.temperature < 0 or rollout.val_temperature < 0:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_train.config import ConfigError, TrainConfig
-from agentfly_train.train import RESULT_FILE, RunResult
+from agentfly_train.train import RESULT_FILE, RunResult, error_summary
 
 INSTALL_HINT = "trainer.launcher=ray needs Ray Train: pip install 'agentfly-rl[ray]'"
 
@@ -55,7 +55,7 @@ def worker_resources(config: TrainConfig, cluster: dict[str, float]) -> tuple[in
         ConfigError: the cluster cannot hold them (one line naming what is missing).
     """
     trainer = config.trainer
-    workers = trainer.nnodes * trainer.n_gpus_per_node
+    workers = trainer.nnodes * max(trainer.n_gpus_per_node, 1)  # 0 GPUs per node: one CPU worker per node
     use_gpu = trainer.device == "cuda" or (trainer.device == "auto" and cluster.get("GPU", 0) > 0)
     per_worker = {"CPU": float(trainer.cpus_per_worker)}
     need = {"CPU": workers * trainer.cpus_per_worker}
@@ -109,13 +109,8 @@ def launch(config: TrainConfig, show_progress: bool = True) -> RunResult:
         trainer.fit()
     except Exception as error:  # Ray wraps a worker's failure (or death) in its own error types
         raise RuntimeError(
-            f"a training worker failed ({_first_line(error)}); the run directory keeps the last checkpoint: rerun "
+            f"a training worker failed ({error_summary(error)}); the run directory keeps the last checkpoint: rerun "
             "the same command (trainer.resume_mode=auto) to resume"
         ) from None
     # rank 0 wrote the result into the (shared) run directory
     return RunResult(**json.loads((Path(config.trainer.default_local_dir) / RESULT_FILE).read_text()))
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[0].strip()}" if lines else type(error).__name__

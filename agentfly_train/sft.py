@@ -77,6 +77,7 @@ def warm_start(
         The mean training loss (nats per assistant token).
     """
     from datasets import Dataset
+    from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
     from agentfly_train.trl_args import checkpointing_argument
@@ -100,6 +101,7 @@ def warm_start(
     trainer = SFTTrainer(
         model=model, args=args, train_dataset=Dataset.from_list(list(rows)), processing_class=tokenizer
     )
+    trainer.remove_callback(PrinterCallback)  # its raw log dicts on stdout; the run reports the mean loss
     result = trainer.train()
     tokenizer.padding_side = "left"
     return float(result.training_loss)

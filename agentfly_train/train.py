@@ -510,16 +510,28 @@ def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
     dtype = rollout.dtype
     if dtype == "auto":
         dtype = str(policy_dtype(config.actor_rollout_ref.model.dtype, training_device(config))).removeprefix("torch.")
-    return VLLMGenerationBackend.start(
-        str(directory),
-        eos_ids,
-        dtype=dtype,
-        gpu_memory_utilization=rollout.gpu_memory_utilization,
-        tensor_parallel_size=rollout.tensor_model_parallel_size,
-        enable_prefix_caching=rollout.enable_prefix_caching,
-        max_model_len=rollout.max_model_len,
-        seed=config.trainer.seed,
-    )
+    try:
+        return VLLMGenerationBackend.start(
+            str(directory),
+            eos_ids,
+            dtype=dtype,
+            gpu_memory_utilization=rollout.gpu_memory_utilization,
+            tensor_parallel_size=rollout.tensor_model_parallel_size,
+            enable_prefix_caching=rollout.enable_prefix_caching,
+            max_model_len=rollout.max_model_len,
+            seed=config.trainer.seed,
+        )
+    except Exception as error:  # vLLM's start-up failures (model, memory, KV cache) come as assorted types
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name=vllm: the engine did not start ({error_summary(error)}); check "
+            "actor_rollout_ref.rollout.gpu_memory_utilization, .max_model_len and that vLLM supports the model"
+        ) from None
+
+
+def error_summary(error: BaseException) -> str:
+    """``"<ErrorType>: <first non-empty line of its message>"``, for one-line error messages."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def _trainer_state(checkpoint: str) -> Any:

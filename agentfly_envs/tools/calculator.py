@@ -158,7 +158,9 @@ def evaluate(expression: str) -> int | float:
         raise ToolError("give an expression to evaluate, not an equation (no '=')")
     try:
         tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+    except (RecursionError, SystemError):  # CPython 3.11's parser may report deep nesting as a SystemError
+        raise ToolError(f"expression is nested too deeply to parse (limit {MAX_DEPTH})") from None
+    except (SyntaxError, ValueError, MemoryError) as e:
         hint = "; '%' is modulo, write 50/100 for 50 percent" if "%" in text else ""
         raise ToolError(f"could not parse {text!r:.80}: {getattr(e, 'msg', e)}{hint}") from None
     try:

@@ -22,9 +22,10 @@ LEARNING_MARGIN = 0.1
 quickstart figures, from this same run, show about twice that (reward 0.12 -> 0.32, accuracy 0.39 -> 0.66)."""
 
 
-def test_the_quickstart_run_learns_with_grpo(tmp_path):
+def test_the_quickstart_run_learns_with_grpo(tmp_path, capsys):
     config = quickstart_config([f"trainer.default_local_dir={tmp_path}"])  # the defaults are the quickstart
     result = run(config, show_progress=False)
+    assert "'loss'" not in capsys.readouterr().out  # neither the SFT nor the RL trainer prints raw log dicts
     history = [r for r in MetricsFile(tmp_path / "metrics.jsonl").read() if "reward/mean" in r]
     assert [r["step"] for r in history] == list(range(1, config.trainer.total_training_steps + 1))
     first = statistics.fmean(r["reward/mean"] for r in history[:5])

@@ -267,3 +267,18 @@ def test_the_quickstart_learns_on_vllm_as_on_hf(tmp_path):
     assert last >= first + LEARNING_MARGIN, (first, last)
     accuracy = [r["val/accuracy"] for r in MetricsFile(tmp_path / "metrics.jsonl").read() if "val/accuracy" in r]
     assert accuracy[-1] >= accuracy[0] + LEARNING_MARGIN, accuracy
+
+
+def test_a_kv_cache_too_small_is_a_one_line_config_error(tmp_path):
+    import sys
+
+    from tests.train.conftest import run_cli
+
+    command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart", "sft.enable=false",
+               "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.000001",
+               "actor_rollout_ref.rollout.max_model_len=1024", "trainer.total_training_steps=1",
+               f"trainer.default_local_dir={tmp_path}"]  # fmt: skip
+    done = run_cli(command, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("config error:")]
+    assert len(errors) == 1 and "the engine did not start" in errors[0] and "gpu_memory_utilization" in errors[0]
