@@ -10,6 +10,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentfly_envs.worlds.text_arena import GAMES as TEXTARENA_GAMES
+
 ENTRY_POINT = "agentfly_envs.core:ToolEnv"
 
 TWX_GAMES: dict[str, str] = {
@@ -78,6 +80,17 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
         }
         for name, game in TWX_GAMES.items()
     },
+    **{
+        f"agentfly/TextArena-{name}": {
+            "task": "textarena",
+            "game": game,
+            "tools": ("act",),
+            "parser": "hermes",
+            "reward": "world_success",
+            "max_turns": 50,
+        }
+        for name, game in TEXTARENA_GAMES.items()
+    },
 }
 """Environment id -> default ``ToolEnv`` kwargs.
 
@@ -101,6 +114,10 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
   it with ``act`` commands; ``split=`` "train"/"dev"/"test" picks the seeds, ``params=`` the simulator's
   generation parameters; ``world_success`` scores 1 when the game is won (``reward="world_score"`` for partial
   credit). Needs ``pip install 'agentfly-rl[worlds]'`` and Java.
+- ``agentfly/TextArena-<Game>``: a TextArena single-player puzzle (:data:`TEXTARENA_GAMES`: TowerOfHanoi,
+  FrozenLake, Mastermind, Sokoban, Minesweeper, 2048), played with ``act`` moves such as ``[up]``; ``split=``
+  picks the seeds, ``game=`` another TextArena variant of the puzzle (e.g. ``"Sokoban-v0-medium"``); scored
+  like the TWX ids. Needs ``pip install 'agentfly-rl[puzzles]'``.
 """
 
 

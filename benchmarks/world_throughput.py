@@ -1,13 +1,16 @@
-"""World throughput: replays gold paths through the TextWorldExpress envs (``agentfly/TWX-<Game>``).
+"""World throughput: replays gold paths through the TextWorldExpress envs (``agentfly/TWX-<Game>``) and the
+TextArena puzzles (``agentfly/TextArena-<Game>``).
 
 Prints, for each game: env steps/s and episodes/s in one env and with ``make_vec`` sync and async over several
-workers, the fraction of golden episodes that win, the time to start the JVM and load the first game, and the
-time to load a game (``reset``) once the JVM runs. The baseline, measured in the same run, is the bare world: the
-same commands sent to :class:`~agentfly_envs.worlds.textworld_express.TextWorldExpress` with no env around it.
+workers, the fraction of golden episodes that win, the time to start the world and load the first game (for
+TWX, the JVM's start), and the time to load a game (``reset``) once the world runs. The baseline, measured in
+the same run, is the bare world: the same commands sent to the world class (e.g.
+:class:`~agentfly_envs.worlds.textworld_express.TextWorldExpress`) with no env around it.
 
     python benchmarks/world_throughput.py --episodes 200 --workers 2
+    python benchmarks/world_throughput.py --games --puzzles Sokoban Mastermind
 
-Needs ``pip install 'agentfly-rl[worlds]'`` and Java.
+Needs ``pip install 'agentfly-rl[worlds]'`` and Java for TWX, ``pip install 'agentfly-rl[puzzles]'`` for TextArena.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import gymnasium as gym
 from env_throughput import ReplayStats, median_run, replay_single, replay_vector
 
 import agentfly_envs  # noqa: F401  (registers the envs)
-from agentfly_envs.worlds.textworld_express import TextWorldExpress
+from agentfly_envs.worlds import get_world
 
 GAMES = ("Coin", "Cooking", "Commonsense")
-"""The games timed by default (``--games`` takes any ``agentfly/TWX-<Game>`` names)."""
+"""The TWX games timed by default (``--games`` takes any ``agentfly/TWX-<Game>`` names, ``--puzzles`` any
+``agentfly/TextArena-<Game>`` names)."""
 
 
 def gold_plans(env_id: str, episodes: int) -> tuple[list[list], list[list[str]], list[dict]]:
@@ -42,7 +46,7 @@ def gold_plans(env_id: str, episodes: int) -> tuple[list[list], list[list[str]],
 
 
 def reset_seconds(env_id: str, episodes: int) -> float:
-    """The median time of one ``reset`` (loading a game) in an env whose JVM already runs, in seconds."""
+    """The median time of one ``reset`` (loading a game) in an env whose world already runs, in seconds."""
     env = gym.make(env_id, num_tasks=episodes)
     env.reset(options={"index": 0})
     times = []
@@ -56,8 +60,8 @@ def reset_seconds(env_id: str, episodes: int) -> float:
 
 def bare_world(rows: Sequence[dict], commands: Sequence[Sequence[str]]) -> tuple[ReplayStats, float]:
     """Plays the gold commands on the world alone (start + step), the same-run baseline; also returns the
-    seconds its first start took (launching the JVM, loading the game, generating the first one)."""
-    world, stats = TextWorldExpress(), ReplayStats()
+    seconds its first start took (launching the world (a JVM for TWX), loading the game, generating the first one)."""
+    world, stats = get_world(rows[0]["world"])(), ReplayStats()
     start = time.perf_counter()
     world.start(rows[0])
     first_start = time.perf_counter() - start
@@ -76,7 +80,8 @@ def bare_world(rows: Sequence[dict], commands: Sequence[Sequence[str]]) -> tuple
 
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--games", nargs="+", default=list(GAMES), help="TWX game names, e.g. Coin Cooking")
+    parser.add_argument("--games", nargs="*", default=list(GAMES), help="TWX game names, e.g. Coin Cooking")
+    parser.add_argument("--puzzles", nargs="*", default=[], help="TextArena game names, e.g. Sokoban Mastermind")
     parser.add_argument("--episodes", type=int, default=200, help="golden episodes per game (train seeds)")
     parser.add_argument("--workers", type=int, default=2, help="sub-envs of the vector envs")
     parser.add_argument("--vector-steps", type=int, default=1000, help="batched steps of each vector env")
@@ -85,8 +90,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     results = {}
-    for game in args.games:
-        env_id = f"agentfly/TWX-{game}"
+    names = {game: f"agentfly/TWX-{game}" for game in args.games}
+    names |= {f"TextArena-{game}": f"agentfly/TextArena-{game}" for game in args.puzzles}
+    for game, env_id in names.items():
         kwargs = {"num_tasks": args.episodes}
         plans, commands, rows = gold_plans(env_id, args.episodes)
         bare = [bare_world(rows, commands) for _ in range(args.repeats)]
@@ -109,9 +115,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     for result in results.values():
         bare = result["bare_world"]["env_steps_per_s"]
+        first = "JVM start + first game" if "/TWX-" in result["env_id"] else "first game"
         print(
             f"\n{result['env_id']}: {result['episodes']} golden episodes (gold path {result['mean_gold_path']:.1f} "
-            f"commands), JVM start + first game {result['first_game_s']:.2f} s, reset {result['reset_s'] * 1e3:.1f} ms"
+            f"commands), {first} {result['first_game_s']:.2f} s, reset {result['reset_s'] * 1e3:.2f} ms"
         )
         print(f"  bare world: {bare:8.0f} steps/s")
         for mode in ("single", f"sync_x{args.workers}", f"async_x{args.workers}"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -42,6 +43,11 @@ needs_textworld_express = pytest.mark.skipif(
     world_unavailable_reason() is not None, reason=str(world_unavailable_reason())
 )
 """Skips a test where textworld-express or Java is missing (CI installs both, so it runs there)."""
+needs_textarena = pytest.mark.skipif(
+    importlib.util.find_spec("textarena") is None,
+    reason="TextArena is not installed: pip install 'agentfly-rl[puzzles]'",
+)
+"""Skips a test where textarena is missing (CI installs it, so it runs there)."""
 
 
 @pytest.fixture(scope="session")

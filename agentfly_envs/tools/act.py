@@ -2,7 +2,7 @@
 is the tool output.
 
 Each env gets its own copy, which holds one session per world kind and reuses it across episodes. The task row
-names the world (``row["world"]``, e.g. ``"textworld_express"``) and the game. Options, via the env's
+names the world (``row["world"]``, e.g. ``"textworld_express"`` or ``"textarena"``) and the game. Options, via the env's
 ``tool_options``::
 
     {"act": {"show_valid_actions": True}}   # list the commands the world accepts after each observation
@@ -75,10 +75,10 @@ class ActTool(Tool):
         return f"Task: {self._world.task_description().strip()}\n\n{self._render(self._state)}"
 
     def act(self, command: str) -> str:
-        """Do one thing in the world, written as a short command like in a text adventure.
+        """Do one thing in the world, written as a short command like in a text adventure, or a puzzle move.
 
         Args:
-            command: One action, e.g. "look around", "move north", "open fridge", "take coin", "put apple in box".
+            command: One action, e.g. "look around", "open fridge", "take coin", or a move in brackets, "[up]".
 
         Returns:
             What happens: the world's description of the result, or a line starting with "Error:".

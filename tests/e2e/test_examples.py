@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, needs_textworld_express
+from tests.conftest import REPO_ROOT, needs_textarena, needs_textworld_express
 
 
 def run_script(*args: str, timeout: int = 600) -> str:
@@ -84,6 +84,21 @@ def test_world_throughput_benchmark(tmp_path):
         assert result["bare_world"]["golden_solved"] == result["single"]["golden_solved"] == 1.0
         assert result["single"]["env_steps_per_s"] > 0 and result["first_game_s"] > result["reset_s"] > 0
     assert "env steps/s" in out and "JVM start + first game" in out
+
+
+@needs_textarena
+def test_world_throughput_benchmark_on_puzzles(tmp_path):
+    result_file = tmp_path / "puzzles.json"
+    out = run_script(
+        "benchmarks/world_throughput.py", "--games", "--puzzles", "Mastermind", "FrozenLake", "--episodes", "5",
+        "--vector-steps", "20", "--repeats", "1", "--json", str(result_file),
+    )  # fmt: skip
+    results = json.loads(result_file.read_text())
+    assert set(results) == {"TextArena-Mastermind", "TextArena-FrozenLake"}
+    for result in results.values():
+        assert result["bare_world"]["golden_solved"] == result["single"]["golden_solved"] == 1.0
+        assert result["sync_x2"]["golden_solved"] == 1.0 and result["reset_s"] > 0
+    assert "agentfly/TextArena-Mastermind: 5 golden episodes" in out and "first game" in out
 
 
 def test_sandbox_latency_benchmark(tmp_path):

@@ -7,15 +7,19 @@ from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 
 import agentfly_envs
 from agentfly_envs import ENVIRONMENTS
-from tests.conftest import OFFLINE_KWARGS, needs_textworld_express
+from tests.conftest import OFFLINE_KWARGS, needs_textarena, needs_textworld_express
 from tests.envs.hostile import HOSTILE_ACTIONS
 
-WORLD_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agentfly/TWX-"))
-"""The interactive worlds: they need the textworld-express package and Java, and no data."""
-ENV_IDS = [
-    pytest.param(env_id, marks=needs_textworld_express) if env_id in WORLD_IDS else env_id
-    for env_id in sorted(ENVIRONMENTS)
-]
+TWX_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agentfly/TWX-"))
+"""The TextWorldExpress worlds: they need the textworld-express package and Java, and no data."""
+PUZZLE_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agentfly/TextArena-"))
+"""The TextArena puzzles: they need the textarena package, and no data."""
+WORLD_IDS = TWX_IDS + PUZZLE_IDS
+NO_GOLDEN_IDS = {"agentfly/TextArena-2048"}
+"""Ids without golden episodes (no solver): the tests that replay them are skipped."""
+MARKS = {**dict.fromkeys(TWX_IDS, needs_textworld_express), **dict.fromkeys(PUZZLE_IDS, needs_textarena)}
+ENV_IDS = [pytest.param(env_id, marks=MARKS[env_id]) if env_id in MARKS else env_id for env_id in sorted(ENVIRONMENTS)]
+GOLDEN_IDS = [param for param in ENV_IDS if getattr(param, "values", (param,))[0] not in NO_GOLDEN_IDS]
 
 
 @pytest.fixture
@@ -41,7 +45,7 @@ def test_check_env_passes(env_id, make_kwargs):
     env.close()
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", GOLDEN_IDS)
 def test_same_seed_same_episode(env_id, make_kwargs):
     def play(seed):
         env = gym.make(env_id, **make_kwargs.get(env_id, {}))
@@ -64,7 +68,7 @@ def golden_replay(env: gym.Env, index: int) -> tuple[str, list, list[tuple[str, 
     return observation, actions, [tuple(env.step(action)[:3]) for action in actions]
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", GOLDEN_IDS)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_vector_envs_step_text_and_autoreset(env_id, mode, make_kwargs):
     kwargs = make_kwargs.get(env_id, {})
