@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +110,14 @@ def launch(config: TrainConfig, show_progress: bool = True) -> RunResult:
         trainer.fit()
     except Exception as error:  # Ray wraps a worker's failure (or death) in its own error types
         raise RuntimeError(
-            f"a training worker failed ({error_summary(error)}); the run directory keeps the last checkpoint: rerun "
+            f"a training worker failed ({_root_cause(error)}); the run directory keeps the last checkpoint: rerun "
             "the same command (trainer.resume_mode=auto) to resume"
         ) from None
     # rank 0 wrote the result into the (shared) run directory
     return RunResult(**json.loads((Path(config.trainer.default_local_dir) / RESULT_FILE).read_text()))
+
+
+def _root_cause(error: BaseException) -> str:
+    """The worker's own exception line when Ray's error quotes its traceback, else the error on one line."""
+    raised = [line.strip() for line in str(error).splitlines() if re.match(r"\s*[\w.]+(Error|Exception): ", line)]
+    return raised[-1][:400] if raised else error_summary(error)

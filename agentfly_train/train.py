@@ -479,7 +479,8 @@ def check_rollout_server(config: TrainConfig) -> None:
 
 def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
     """The vLLM backend of a run (``actor_rollout_ref.rollout.name=vllm``). ``mode=colocate``: an engine in this
-    process, started from the policy as RL starts (saved to ``<run dir>/rollout_init_<process>``); ``server``: the
+    process, started on the policy's config (``<run dir>/rollout_init_<process>``) and given its weights at the
+    first sync; ``server``: the
     server at ``rollout.server_host:server_port``, loading weights from ``<run dir>/server_weights``. The trainer
     hands either the policy's weights after every optimiser step.
 
@@ -504,8 +505,12 @@ def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
             )
         except RolloutServerError as error:
             raise ConfigError(f"actor_rollout_ref.rollout.mode=server: {error}") from None
+    # The engine starts on random weights and gets the policy's at the trainer's first sync, before it samples;
+    # its directory holds the config and the tokenizer only (transformers' save_pretrained writes weights on the
+    # first rank of a process group only, and every process here needs its own engine).
     directory = Path(config.trainer.default_local_dir) / f"rollout_init_{PartialState().process_index}"
-    model.save_pretrained(directory)
+    model.config.save_pretrained(directory)
+    model.generation_config.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     dtype = rollout.dtype
     if dtype == "auto":
@@ -520,6 +525,7 @@ def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
             enable_prefix_caching=rollout.enable_prefix_caching,
             max_model_len=rollout.max_model_len,
             seed=config.trainer.seed,
+            load_format="dummy",
         )
     except Exception as error:  # vLLM's start-up failures (model, memory, KV cache) come as assorted types
         raise ConfigError(
@@ -528,10 +534,11 @@ def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
         ) from None
 
 
-def error_summary(error: BaseException) -> str:
-    """``"<ErrorType>: <first non-empty line of its message>"``, for one-line error messages."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+def error_summary(error: BaseException, limit: int = 400) -> str:
+    """``"<ErrorType>: <its message on one line>"``, cut at ``limit`` characters, for one-line error messages."""
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _trainer_state(checkpoint: str) -> Any:

@@ -90,6 +90,7 @@ class VLLMGenerationBackend:
         enable_prefix_caching: bool = True,
         max_model_len: int | None = None,
         seed: int = 0,
+        load_format: str = "auto",
     ) -> VLLMGenerationBackend:
         """Starts an engine on a Hugging Face checkpoint directory.
 
@@ -106,6 +107,9 @@ class VLLMGenerationBackend:
                 earlier turns across an episode's turns).
             max_model_len: Longest prompt + completion, tokens (``None``: the model's).
             seed: Sampling seed.
+            load_format: vLLM's weight loading: ``auto`` (the weights in ``model_dir``) or ``dummy`` (random
+                weights of the right shapes, for an engine that gets its weights through :meth:`load_weights`
+                before it samples; ``model_dir`` then needs only the config and the tokenizer).
 
         Raises:
             ImportError: vLLM is not installed (the message says what to install).
@@ -130,6 +134,7 @@ class VLLMGenerationBackend:
                 enable_prefix_caching=enable_prefix_caching,
                 enforce_eager=True,  # weights are reloaded in place every step: no compiled graphs to go stale
                 logprobs_mode="processed_logprobs",
+                load_format=load_format,
                 **options,
             )
         return cls(llm, eos_token_ids)

