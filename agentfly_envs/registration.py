@@ -80,6 +80,13 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
         }
         for name, game in TWX_GAMES.items()
     },
+    "agentfly/ScienceWorld": {
+        "task": "scienceworld",
+        "tools": ("act",),
+        "parser": "hermes",
+        "reward": "world_success",
+        "max_turns": 50,
+    },
     **{
         f"agentfly/TextArena-{name}": {
             "task": "textarena",
@@ -114,6 +121,10 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
   it with ``act`` commands; ``split=`` "train"/"dev"/"test" picks the seeds, ``params=`` the simulator's
   generation parameters; ``world_success`` scores 1 when the game is won (``reward="world_score"`` for partial
   credit). Needs ``pip install 'agentfly-rl[worlds]'`` and Java.
+- ``agentfly/ScienceWorld``: the 30 ScienceWorld tasks (boil water, grow a plant, test conductivity, ...) as an
+  interactive world played with ``act``; rows go round the tasks' variations of ``split=`` "train"/"dev"/"test",
+  ``game=`` keeps one task (or a list), ``params=`` sets simplifications (e.g. ``"easy"``); scored like the TWX
+  ids. Needs ``pip install 'agentfly-rl[scienceworld]'`` and Java.
 - ``agentfly/TextArena-<Game>``: a TextArena single-player puzzle (:data:`TEXTARENA_GAMES`: TowerOfHanoi,
   FrozenLake, Mastermind, Sokoban, Minesweeper, 2048), played with ``act`` moves such as ``[up]``; ``split=``
   picks the seeds, ``game=`` another TextArena variant of the puzzle (e.g. ``"Sokoban-v0-medium"``); scored

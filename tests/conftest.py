@@ -27,13 +27,22 @@ OFFLINE_KWARGS = {
 """``gym.make`` kwargs that let each registered id run offline, on the project's sample data."""
 
 
-def world_unavailable_reason() -> str | None:
-    """Why the TextWorldExpress envs cannot run here (package or Java missing), or ``None`` when they can."""
-    from agentfly_envs.errors import WorldUnavailableError
-    from agentfly_envs.worlds.textworld_express import require_textworld_express
+def world_unavailable_reason(require: str = "require_textworld_express") -> str | None:
+    """Why a Java world cannot run here (package or Java missing), or ``None`` when it can.
 
+    Args:
+        require: The world's check in ``agentfly_envs.worlds``: "require_textworld_express" or
+            "require_scienceworld".
+    """
+    from agentfly_envs import worlds
+    from agentfly_envs.errors import WorldUnavailableError
+
+    check = {
+        "require_textworld_express": worlds.textworld_express.require_textworld_express,
+        "require_scienceworld": worlds.science_world.require_scienceworld,
+    }[require]
     try:
-        require_textworld_express()
+        check()
     except WorldUnavailableError as error:
         return str(error)
     return None
@@ -43,6 +52,11 @@ needs_textworld_express = pytest.mark.skipif(
     world_unavailable_reason() is not None, reason=str(world_unavailable_reason())
 )
 """Skips a test where textworld-express or Java is missing (CI installs both, so it runs there)."""
+needs_scienceworld = pytest.mark.skipif(
+    world_unavailable_reason("require_scienceworld") is not None,
+    reason=str(world_unavailable_reason("require_scienceworld")),
+)
+"""Skips a test where scienceworld or Java is missing (CI installs both, so it runs there)."""
 needs_textarena = pytest.mark.skipif(
     importlib.util.find_spec("textarena") is None,
     reason="TextArena is not installed: pip install 'agentfly-rl[puzzles]'",

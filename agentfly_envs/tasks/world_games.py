@@ -17,7 +17,8 @@ class WorldGames(TaskSource):
     """The seeds of one split of a world's game.
 
     Subclasses set ``world`` (the world's registered name), ``label`` (its name in messages), ``split_seeds`` and
-    ``prompt`` (the system prompt), and call :meth:`_pick_seeds`.
+    ``prompt`` (the system prompt), and call :meth:`_pick_seeds` (or override :meth:`seeds_of`, ``__len__`` and
+    ``row`` where the seeds depend on the game).
     """
 
     required_fields = ("world", "game", "split")
@@ -53,6 +54,10 @@ class WorldGames(TaskSource):
         """Empty: world rewards score the world's final state, not a reference answer."""
         return ""
 
+    def seeds_of(self, row: Mapping[str, Any]) -> range | None:
+        """The seeds of the row's split (``None`` for a split the world does not have, which it reports)."""
+        return self.split_seeds.get(row["split"])
+
     def validate(self, row: Mapping[str, Any]) -> None:
         """Checks the string fields, and that ``seed`` is one of the split's seeds.
 
@@ -63,6 +68,9 @@ class WorldGames(TaskSource):
         seed, split = row.get("seed"), row["split"]
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TaskFormatError(f"task field 'seed' must be an int, got {type(seed).__name__}")
-        if split in self.split_seeds and seed not in self.split_seeds[split]:
-            first, last = self.split_seeds[split].start, self.split_seeds[split].stop - 1
-            raise TaskFormatError(f"seed {seed} is not a {split} seed; {split} seeds are {first}-{last}")
+        seeds = self.seeds_of(row)
+        if seeds is not None and seed not in seeds:
+            raise TaskFormatError(
+                f"seed {seed} is not a {split} seed; {split} seeds are {seeds.start}-{seeds.stop - 1} "
+                f"(game {row['game']!r})"
+            )

@@ -61,7 +61,7 @@ class ActTool(Tool):
         if not isinstance(name, str):
             raise TaskFormatError(f"the act tool needs rows naming a world (row['world']), got {row.get('world')!r}")
         if name not in self._worlds:
-            self._worlds[name] = get_world(name)(timeout_s=self.timeout_s)
+            self._worlds[name] = get_world(name)(timeout_s=self.timeout_s, list_actions=self.show_valid_actions)
         self._world, self._state, self._crash = self._worlds[name], None, None
         try:
             self._state = self._world.start(row)

@@ -52,8 +52,9 @@ class WorldState:
 class World(ABC):
     """One simulator session, reused across episodes (one per env).
 
-    Subclasses take ``timeout_s``: the longest wait for one answer of the simulator, in seconds, after which it
-    counts as crashed.
+    Subclasses take ``timeout_s``, the longest wait for one answer of the simulator, in seconds, after which it
+    counts as crashed, and ``list_actions``, whether :attr:`WorldState.valid_actions` must be filled (a world that
+    lists them only at a cost leaves them empty otherwise).
     """
 
     @abstractmethod

@@ -7,17 +7,23 @@ from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 
 import agentfly_envs
 from agentfly_envs import ENVIRONMENTS
-from tests.conftest import OFFLINE_KWARGS, needs_textarena, needs_textworld_express
+from tests.conftest import OFFLINE_KWARGS, needs_scienceworld, needs_textarena, needs_textworld_express
 from tests.envs.hostile import HOSTILE_ACTIONS
 
 TWX_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agentfly/TWX-"))
 """The TextWorldExpress worlds: they need the textworld-express package and Java, and no data."""
 PUZZLE_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agentfly/TextArena-"))
 """The TextArena puzzles: they need the textarena package, and no data."""
-WORLD_IDS = TWX_IDS + PUZZLE_IDS
+SCIENCEWORLD_IDS = ["agentfly/ScienceWorld"]
+"""ScienceWorld: it needs the scienceworld package and Java, and no data."""
+WORLD_IDS = TWX_IDS + PUZZLE_IDS + SCIENCEWORLD_IDS
 NO_GOLDEN_IDS = {"agentfly/TextArena-2048"}
 """Ids without golden episodes (no solver): the tests that replay them are skipped."""
-MARKS = {**dict.fromkeys(TWX_IDS, needs_textworld_express), **dict.fromkeys(PUZZLE_IDS, needs_textarena)}
+MARKS = {
+    **dict.fromkeys(TWX_IDS, needs_textworld_express),
+    **dict.fromkeys(PUZZLE_IDS, needs_textarena),
+    **dict.fromkeys(SCIENCEWORLD_IDS, needs_scienceworld),
+}
 ENV_IDS = [pytest.param(env_id, marks=MARKS[env_id]) if env_id in MARKS else env_id for env_id in sorted(ENVIRONMENTS)]
 GOLDEN_IDS = [param for param in ENV_IDS if getattr(param, "values", (param,))[0] not in NO_GOLDEN_IDS]
 

@@ -40,6 +40,8 @@ def test_builtin_registries_hold_what_the_readme_lists():
         "code_reward", "math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward", "world_score",
         "world_success",
     }  # fmt: skip
-    assert set(TASKS) == {"arithmetic", "code_tests", "files", "gsm8k", "hotpotqa", "textarena", "textworld_express"}
+    assert set(TASKS) == {
+        "arithmetic", "code_tests", "files", "gsm8k", "hotpotqa", "scienceworld", "textarena", "textworld_express",
+    }  # fmt: skip
     assert set(RETRIEVERS) == {"bm25", "context", "http"}
-    assert set(WORLDS) == {"textarena", "textworld_express"}
+    assert set(WORLDS) == {"scienceworld", "textarena", "textworld_express"}
