@@ -26,7 +26,7 @@ from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, get_reward
 from agentfly_envs.spaces import TextSpace
 from agentfly_envs.tasks import GoldenSolution, Row, TaskSource, get_task_source
 from agentfly_envs.tools import CallStatus, Tool, get_tool
-from agentfly_envs.tools.act import ActTool
+from agentfly_envs.tools.act import ActTool, ValidActionsTool
 
 ERROR_KINDS = (
     "parse_error",
@@ -169,6 +169,11 @@ class ToolEnv(gym.Env[str, Action]):
         self._schemas_json = json.dumps(self._schemas)  # json.loads of it is a fast deep copy
         self._answer_by_tool = any(tool.ends_episode for tool in self.tools.values())
         self._world: ActTool | None = next((t for t in self.tools.values() if isinstance(t, ActTool)), None)
+        for tool in self.tools.values():
+            if isinstance(tool, ValidActionsTool):
+                if self._world is None:
+                    raise ValueError(f"tools {tuple(tools)}: valid_actions lists the commands of the act tool's world")
+                tool.attach(self._world)
         if (reward in WORLD_REWARDS) != (self._world is not None):
             raise ValueError(
                 f"reward {reward!r} with tools {tuple(tools)}: the world rewards {list(WORLD_REWARDS)} score the "

@@ -11,6 +11,9 @@ names the world (``row["world"]``, e.g. ``"textworld_express"`` or ``"textarena"
 
 An empty or overlong command, a command after the task ended, and a simulator that died are ``Error:``
 observations (``tool_error``); a command the world does not understand is the world's own answer.
+
+``valid_actions``: the optional companion tool that lists the commands the world accepts now (on request, where
+``show_valid_actions`` lists them after every observation); an env with it must have ``act`` too.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class ActTool(Tool):
         if not isinstance(name, str):
             raise TaskFormatError(f"the act tool needs rows naming a world (row['world']), got {row.get('world')!r}")
         if name not in self._worlds:
-            self._worlds[name] = get_world(name)(timeout_s=self.timeout_s, list_actions=self.show_valid_actions)
+            self._worlds[name] = get_world(name)(timeout_s=self.timeout_s)
         self._world, self._state, self._crash = self._worlds[name], None, None
         try:
             self._state = self._world.start(row)
@@ -72,7 +75,10 @@ class ActTool(Tool):
         """The goal and the first observation of the running game, for the user turn."""
         if self._world is None or self._state is None:
             raise RuntimeError("no game is running; the env calls begin_episode first")
-        return f"Task: {self._world.task_description().strip()}\n\n{self._render(self._state)}"
+        try:
+            return f"Task: {self._world.task_description().strip()}\n\n{self._render(self._state)}"
+        except WorldCrashedError as e:
+            raise WorldUnavailableError(str(e)) from None
 
     def act(self, command: str) -> str:
         """Do one thing in the world, written as a short command like in a text adventure, or a puzzle move.
@@ -83,12 +89,7 @@ class ActTool(Tool):
         Returns:
             What happens: the world's description of the result, or a line starting with "Error:".
         """
-        if self._crash is not None:
-            raise ToolError(self._crash)
-        if self._world is None or self._state is None:
-            raise ToolError("no game is running")
-        if self._state.done:
-            raise ToolError("the task has already ended; no more actions are needed")
+        self._check_playing()
         command = " ".join(command.split())
         if not command:
             raise ToolError('the command is empty; type one action, e.g. "look around"')
@@ -96,12 +97,38 @@ class ActTool(Tool):
             raise ToolError(f"the command is {len(command)} characters long; keep it under {MAX_COMMAND_CHARS}")
         try:
             self._state = self._world.step(command)
+            return self._render(self._state)
         except WorldCommandError as e:
             raise ToolError(str(e)) from None
         except WorldCrashedError as e:
-            self._crash = f"the world stopped working ({e}); this episode is over and the next one restarts it"
-            raise ToolError(self._crash) from None
-        return self._render(self._state)
+            raise ToolError(self._crashed(e)) from None
+
+    def list_valid_actions(self) -> str:
+        """The commands the running game accepts now, sorted, comma-separated.
+
+        Raises:
+            ToolError: no game is running, it has ended, its world does not list commands, or its simulator died.
+        """
+        self._check_playing()
+        try:
+            actions = self._world.valid_actions()
+        except WorldCrashedError as e:
+            raise ToolError(self._crashed(e)) from None
+        if not actions:
+            raise ToolError("this world does not list its commands; the task description says how to write them")
+        return ", ".join(sorted(actions))  # the worlds list them unordered
+
+    def _check_playing(self) -> None:
+        if self._crash is not None:
+            raise ToolError(self._crash)
+        if self._world is None or self._state is None:
+            raise ToolError("no game is running")
+        if self._state.done:
+            raise ToolError("the task has already ended; no more actions are needed")
+
+    def _crashed(self, error: WorldCrashedError) -> str:
+        self._crash = f"the world stopped working ({error}); this episode is over and the next one restarts it"
+        return self._crash
 
     def report(self) -> dict[str, float]:
         """The running game's state: ``done``, ``success``, ``score`` (in [0, 1]), ``moves`` and ``world_error``
@@ -141,9 +168,36 @@ class ActTool(Tool):
             parts.append("[The task is complete.]")
         elif state.failure:
             parts.append("[The task has failed.]")
-        elif self.show_valid_actions and state.valid_actions:
-            parts.append("Valid actions: " + ", ".join(sorted(state.valid_actions)))  # the world lists them unordered
+        elif self.show_valid_actions and (actions := self._world.valid_actions()):
+            parts.append("Valid actions: " + ", ".join(sorted(actions)))  # the worlds list them unordered
         return "\n\n".join(part for part in parts if part)
 
 
+class ValidActionsTool(Tool):
+    """The ``valid_actions`` tool of one env: lists the commands its ``act`` tool's world accepts now."""
+
+    def __init__(self) -> None:
+        super().__init__(self.valid_actions, name="valid_actions")
+        self.act: ActTool | None = None
+
+    def for_env(self) -> ValidActionsTool:
+        """A copy for one env; the env attaches its ``act`` tool (see :meth:`attach`)."""
+        return ValidActionsTool()
+
+    def attach(self, act: ActTool) -> None:
+        """Lists the commands of ``act``'s world."""
+        self.act = act
+
+    def valid_actions(self) -> str:
+        """List the commands the world accepts right now, e.g. to find how an object is called.
+
+        Returns:
+            The commands, comma-separated, or a line starting with "Error:".
+        """
+        if self.act is None:
+            raise ToolError("no world is attached: the env needs the act tool too")
+        return self.act.list_valid_actions()
+
+
 TOOLS.add("act", ActTool())
+TOOLS.add("valid_actions", ValidActionsTool())

@@ -33,7 +33,6 @@ class WorldState:
         success: The task is solved.
         failure: The task can no longer be solved (e.g. an ingredient was burnt).
         moves: Commands played this episode.
-        valid_actions: The commands the world accepts now (may be empty when the world does not list them).
     """
 
     observation: str
@@ -41,7 +40,6 @@ class WorldState:
     success: bool
     failure: bool
     moves: int
-    valid_actions: tuple[str, ...] = ()
 
     @property
     def done(self) -> bool:
@@ -52,9 +50,8 @@ class WorldState:
 class World(ABC):
     """One simulator session, reused across episodes (one per env).
 
-    Subclasses take ``timeout_s``, the longest wait for one answer of the simulator, in seconds, after which it
-    counts as crashed, and ``list_actions``, whether :attr:`WorldState.valid_actions` must be filled (a world that
-    lists them only at a cost leaves them empty otherwise).
+    Subclasses take ``timeout_s``: the longest wait for one answer of the simulator, in seconds, after which it
+    counts as crashed.
     """
 
     @abstractmethod
@@ -74,6 +71,14 @@ class World(ABC):
             WorldCommandError: the simulator failed on this command and runs on.
             WorldCrashedError: the simulator failed; the next :meth:`start` restarts it.
         """
+
+    def valid_actions(self) -> tuple[str, ...]:
+        """The commands the world accepts now, in no particular order (empty: the world does not list them).
+
+        Raises:
+            WorldCrashedError: the simulator failed.
+        """
+        return ()
 
     @abstractmethod
     def task_description(self) -> str:

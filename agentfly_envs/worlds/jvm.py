@@ -66,7 +66,6 @@ class JavaWorld(World):
         timeout_s: Longest wait for one answer of the simulator, in seconds; a JVM that hangs longer is stopped
             and the episode reports it. py4j sends a command twice before it gives up, so a hung JVM is found
             after about twice this.
-        list_actions: Fill :attr:`WorldState.valid_actions` (some simulators list them only on request).
     """
 
     label: str
@@ -75,9 +74,8 @@ class JavaWorld(World):
     """Gold paths by game key, shared by the worlds of a process: some simulators draw a new one on every start
     (TextWorldExpress's Coin and Commonsense), so the first one found is kept and golden episodes repeat."""
 
-    def __init__(self, timeout_s: float = 60.0, list_actions: bool = False) -> None:
+    def __init__(self, timeout_s: float = 60.0) -> None:
         self.timeout_s = timeout_s
-        self.list_actions = list_actions
         self._jvm: JVM | None = None
         self._row: dict[str, Any] = {}
         self._history: list[str] = []  # commands played this episode

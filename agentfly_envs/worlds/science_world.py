@@ -123,8 +123,8 @@ def require_scienceworld() -> None:
 
 @WORLDS.register("scienceworld")
 class ScienceWorld(JavaWorld):
-    """One ScienceWorld session, in a JVM of its own (see :class:`~agentfly_envs.worlds.jvm.JavaWorld` for the
-    arguments; listing valid actions costs about 90 ms per command, so it is done only with ``list_actions``).
+    """One ScienceWorld session, in a JVM of its own (see :class:`~agentfly_envs.worlds.jvm.JavaWorld` for
+    ``timeout_s``). Listing the valid actions takes the simulator about 90 ms, so it is done only when asked.
 
     Rows: ``game`` (a task of :data:`TASK_SPLITS`), ``seed`` (a variation of the split), ``split`` (``train``,
     ``dev`` or ``test``) and optional ``params``, the simplifications (e.g. ``"openDoors,teleportAction"``).
@@ -132,8 +132,8 @@ class ScienceWorld(JavaWorld):
 
     label = "ScienceWorld"
 
-    def __init__(self, timeout_s: float = 60.0, list_actions: bool = False) -> None:
-        super().__init__(timeout_s, list_actions)
+    def __init__(self, timeout_s: float = 60.0) -> None:
+        super().__init__(timeout_s)
         self._task = ""
 
     def _require(self) -> None:
@@ -157,7 +157,6 @@ class ScienceWorld(JavaWorld):
             success=False,
             failure=False,
             moves=0,
-            valid_actions=self._valid_actions(session),
         )
 
     def _load(self, session: Any, with_gold_path: bool) -> None:
@@ -172,6 +171,10 @@ class ScienceWorld(JavaWorld):
 
     def task_description(self) -> str:
         return self._task
+
+    def valid_actions(self) -> tuple[str, ...]:
+        listed = self._call("(list valid actions)", lambda session: session.getValidActionObjectCombinations())
+        return tuple(str(action) for action in listed)
 
     def _gold_key(self) -> tuple:
         row = self._row
@@ -201,8 +204,4 @@ class ScienceWorld(JavaWorld):
             success=raw_score >= 0.0 and (raw_score >= 1.0 or bool(session.getCompleted())),
             failure=raw_score < 0.0,
             moves=len(self._history),
-            valid_actions=self._valid_actions(session),
         )
-
-    def _valid_actions(self, session: Any) -> tuple[str, ...]:
-        return tuple(str(a) for a in session.getValidActionObjectCombinations()) if self.list_actions else ()

@@ -111,10 +111,9 @@ class TextArena(World):
 
     Args:
         timeout_s: Not used: the games are plain Python and answer at once (the argument every world takes).
-        list_actions: Not used: the games do not list their moves.
     """
 
-    def __init__(self, timeout_s: float = 60.0, list_actions: bool = False) -> None:
+    def __init__(self, timeout_s: float = 60.0) -> None:
         self.timeout_s = timeout_s
         self._game: Any = None
         self._random = _OwnRandom()

@@ -43,7 +43,7 @@ def require_textworld_express() -> None:
 @WORLDS.register("textworld_express")
 class TextWorldExpress(JavaWorld):
     """One TextWorldExpress game session, in a JVM of its own (see :class:`~agentfly_envs.worlds.jvm.JavaWorld`
-    for ``timeout_s``; the simulator lists valid actions after every command, whatever ``list_actions`` says).
+    for ``timeout_s``).
 
     Rows: ``game`` (one of :data:`GAMES`), ``seed`` (an int of the split's seeds), ``split`` (``train``, ``dev``
     or ``test``) and optional ``params``, the simulator's generation parameters (e.g.
@@ -52,10 +52,11 @@ class TextWorldExpress(JavaWorld):
 
     label = "TextWorldExpress"
 
-    def __init__(self, timeout_s: float = 60.0, list_actions: bool = False) -> None:
-        super().__init__(timeout_s, list_actions)
+    def __init__(self, timeout_s: float = 60.0) -> None:
+        super().__init__(timeout_s)
         self._loaded: tuple[str, str] | None = None  # the (game, params) the session generates
         self._task = ""
+        self._valid: tuple[str, ...] = ()  # the simulator lists them with every answer
 
     def _require(self) -> None:
         require_textworld_express()
@@ -99,6 +100,9 @@ class TextWorldExpress(JavaWorld):
     def task_description(self) -> str:
         return self._task
 
+    def valid_actions(self) -> tuple[str, ...]:
+        return self._valid
+
     def _gold_key(self) -> tuple:
         row = self._row
         return row["game"], str(row.get("params") or ""), row["split"], int(row["seed"])
@@ -109,7 +113,8 @@ class TextWorldExpress(JavaWorld):
         self._generate(session)
         path = tuple(str(command) for command in session.getGoldActionSequence())
         for moves, command in enumerate(path, start=1):
-            if self._state(json.loads(session.stepJSON(command))).success:
+            response = json.loads(session.stepJSON(command))
+            if response.get("tasksuccess") or float(response.get("score", 0.0)) >= 1.0:
                 path = path[:moves]
                 break
         self._generate(session)
@@ -119,11 +124,11 @@ class TextWorldExpress(JavaWorld):
 
     def _state(self, response: Mapping[str, Any]) -> WorldState:
         score = min(max(float(response.get("score", 0.0)), 0.0), 1.0)
+        self._valid = tuple(str(action) for action in response.get("validActions", ()))
         return WorldState(
             observation=str(response.get("observation", "")).strip(),
             score=score,
             success=bool(response.get("tasksuccess")) or score >= 1.0,
             failure=bool(response.get("taskfailure")),
             moves=len(self._history),
-            valid_actions=tuple(str(action) for action in response.get("validActions", ())),
         )

@@ -180,7 +180,7 @@ def adapt(command: str, changes: dict[str, str], run_dir: str) -> list[str]:
         **{key: "agentfly:tiny" for key in MODEL_KEYS},
         **changes,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": "1",
-        "actor_rollout_ref.rollout.gpu_memory_utilization": "0.1",
+        "actor_rollout_ref.rollout.gpu_memory_utilization": "0.25",
         "trainer.total_training_steps": "2",
     }
     if not vllm_available():

@@ -142,6 +142,15 @@ def test_2048_has_no_golden_episodes_but_plays(envs):
     assert observation.startswith("Score:") and not terminated and reward == 0.0
 
 
+def test_valid_actions_tool_says_the_puzzles_do_not_list_moves():
+    env = gym.make("agentfly/TextArena-TowerOfHanoi", tools=("act", "valid_actions"))
+    env.reset(options={"index": 0})
+    observation, _, terminated, _, info = env.step('<tool_call>{"name": "valid_actions", "arguments": {}}</tool_call>')
+    assert observation == "Error: this world does not list its commands; the task description says how to write them"
+    assert not terminated and info["error_counts"]["tool_error"] == 1
+    env.close()
+
+
 def test_bad_games_splits_and_seeds_raise_one_line_errors(envs):
     with pytest.raises(TaskFormatError, match=r"unknown TextArena game 'Chess-v0'; choose one of \['2048-v0'"):
         gym.make("agentfly/TextArena-Sokoban", game="Chess-v0")

@@ -34,7 +34,9 @@ def test_unknown_name_suggests_close_match_and_lists_known():
 
 
 def test_builtin_registries_hold_what_the_readme_lists():
-    assert set(TOOLS) == {"act", "answer", "calculator", "google_search", "python", "python_executor", "search"}
+    assert set(TOOLS) == {
+        "act", "answer", "calculator", "google_search", "python", "python_executor", "search", "valid_actions",
+    }  # fmt: skip
     assert set(PARSERS) == {"code", "hermes", "react", "tool_calls"}
     assert set(REWARDS) == {
         "code_reward", "math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward", "world_score",

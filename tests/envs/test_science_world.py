@@ -128,6 +128,12 @@ def test_valid_actions_and_simplifications():
     observation, *_ = env.step(act("look around"))
     assert "Valid actions: " in observation
     env.close()
+    env = gym.make("agentfly/ScienceWorld", game="boil", tools=("act", "valid_actions"))
+    observation, _ = env.reset(options={"index": 0})
+    assert "Valid actions" not in observation
+    listing, *_ = env.step('<tool_call>{"name": "valid_actions", "arguments": {}}</tool_call>')
+    assert {"wait1", "open door to living room"} <= set(listing.split(", ")) and len(listing.split(", ")) > 50
+    env.close()
 
 
 def test_a_dead_simulator_ends_the_episode_with_an_error_and_is_restarted():

@@ -144,6 +144,21 @@ def test_valid_actions_option():
     env.close()
 
 
+def test_valid_actions_tool_lists_the_worlds_commands_on_request():
+    env = gym.make("agentfly/TWX-Coin", tools=("act", "valid_actions"))
+    observation, info = env.reset(options={"index": 0})
+    assert "Valid actions" not in observation
+    assert [tool["function"]["name"] for tool in info["tools"]] == ["act", "valid_actions"]
+    listing, *_ = env.step('<tool_call>{"name": "valid_actions", "arguments": {}}</tool_call>')
+    assert "look around" in listing.split(", ") and listing.split(", ") == sorted(listing.split(", "))
+    for action in env.unwrapped.golden_actions():
+        *_, terminated, _, info = env.step(action)
+    assert terminated
+    with pytest.raises(ValueError, match="valid_actions lists the commands of the act tool's world"):
+        gym.make("agentfly/Arith-Calc", tools=("calculator", "valid_actions"))
+    env.close()
+
+
 def test_two_envs_play_the_same_game_side_by_side():
     """Each env has its own JVM: in a shared one the second Sorting session breaks the first."""
     first, second = gym.make("agentfly/TWX-Sorting"), gym.make("agentfly/TWX-Sorting")

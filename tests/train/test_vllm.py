@@ -218,7 +218,7 @@ def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora):
     overrides = [
         "sft.enable=false",
         "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.rollout.gpu_memory_utilization=0.1",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.25",
         "actor_rollout_ref.rollout.max_model_len=1024",
         "data.train_batch_size=2",
         "agent.num_chains=2",
@@ -257,7 +257,7 @@ def test_the_quickstart_learns_on_vllm_as_on_hf(tmp_path):
     from tests.train.test_learning import LEARNING_MARGIN
 
     command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart",
-               "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.1",
+               "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.25",
                "actor_rollout_ref.rollout.max_model_len=1024", f"trainer.default_local_dir={tmp_path}"]  # fmt: skip
     done = run_cli(command, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
