@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, needs_textarena, needs_textworld_express
+from tests.conftest import REPO_ROOT, needs_scienceworld, needs_textarena, needs_textworld_express
 
 
 def run_script(*args: str, timeout: int = 600) -> str:
@@ -99,6 +99,49 @@ def test_world_throughput_benchmark_on_puzzles(tmp_path):
         assert result["bare_world"]["golden_solved"] == result["single"]["golden_solved"] == 1.0
         assert result["sync_x2"]["golden_solved"] == 1.0 and result["reset_s"] > 0
     assert "agentfly/TextArena-Mastermind: 5 golden episodes" in out and "first game" in out
+
+
+@needs_scienceworld
+def test_world_throughput_benchmark_on_scienceworld(tmp_path):
+    result_file = tmp_path / "scienceworld.json"
+    out = run_script(
+        "benchmarks/world_throughput.py", "--games", "--scienceworld", "find-animal", "lifespan-longest-lived",
+        "--episodes", "2", "--vector-steps", "10", "--repeats", "1", "--json", str(result_file),
+    )  # fmt: skip
+    result = json.loads(result_file.read_text())["ScienceWorld"]
+    assert result["bare_world"]["golden_solved"] == result["single"]["golden_solved"] == 1.0
+    assert result["first_game_s"] > result["reset_s"] > 0
+    assert "agentfly/ScienceWorld: 2 golden episodes" in out and "JVM start + first game" in out
+
+
+@pytest.mark.slow
+def test_rollout_throughput_benchmark_with_vllm_and_a_slow_tool(tmp_path):
+    from agentfly_train.generation.vllm import vllm_available
+
+    if not vllm_available():
+        pytest.skip("vLLM is not installed")
+    result_file = tmp_path / "rollout.json"
+    out = run_script(
+        "benchmarks/rollout_throughput.py", "--vllm", "--episodes", "4", "--chains", "2", "--repeats", "1",
+        "--sft-steps", "2", "--response-length", "64", "--max-turns", "2", "--tool-latency-ms", "1", "2",
+        "--json", str(result_file),
+    )  # fmt: skip
+    summary = json.loads(result_file.read_text())["summary"]
+    assert {"agentfly", "agentfly-vllm-sync", "agentfly-vllm-async", "trl"} <= set(summary)
+    for name in ("agentfly-vllm-sync", "agentfly-vllm-async"):
+        assert summary[name]["tokens_per_s"] > 0 and 0 <= summary[name]["engine_idle_fraction"] < 1
+    assert "ratio agentfly-vllm-async/trl" in out
+
+
+@pytest.mark.slow
+def test_vllm_step_cost_benchmark():
+    from agentfly_train.generation.vllm import vllm_available
+
+    if not vllm_available():
+        pytest.skip("vLLM is not installed")
+    out = run_script("benchmarks/vllm_step_cost.py", "--sizes", "2", "8", "--new-tokens", "4", "--repeats", "1")
+    rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0] == "0"]
+    assert [int(row[1]) for row in rows] == [2, 8] and all(float(row[3]) > 0 for row in rows)
 
 
 def test_sandbox_latency_benchmark(tmp_path):
