@@ -480,9 +480,8 @@ def check_rollout_server(config: TrainConfig) -> None:
 def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
     """The vLLM backend of a run (``actor_rollout_ref.rollout.name=vllm``). ``mode=colocate``: an engine in this
     process, started on the policy's config (``<run dir>/rollout_init_<process>``) and given its weights at the
-    first sync; ``server``: the
-    server at ``rollout.server_host:server_port``, loading weights from ``<run dir>/server_weights``. The trainer
-    hands either the policy's weights after every optimiser step.
+    first sync; ``server``: the server at ``rollout.server_host:server_port``, loading weights from
+    ``<run dir>/server_weights``. The trainer hands either the policy's weights after every optimiser step.
 
     Raises:
         ConfigError: no usable server answers (``mode=server``).

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from agentfly_envs.worlds.science_world import require_scienceworld
+from agentfly_envs.worlds.textworld_express import require_textworld_express
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -27,20 +33,11 @@ OFFLINE_KWARGS = {
 """``gym.make`` kwargs that let each registered id run offline, on the project's sample data."""
 
 
-def world_unavailable_reason(require: str = "require_textworld_express") -> str | None:
-    """Why a Java world cannot run here (package or Java missing), or ``None`` when it can.
-
-    Args:
-        require: The world's check in ``agentfly_envs.worlds``: "require_textworld_express" or
-            "require_scienceworld".
-    """
-    from agentfly_envs import worlds
+def world_unavailable_reason(check: Callable[[], None]) -> str | None:
+    """Why a Java world cannot run here (``check``, its ``require_*`` function, names the missing package or
+    Java), or ``None`` when it can."""
     from agentfly_envs.errors import WorldUnavailableError
 
-    check = {
-        "require_textworld_express": worlds.textworld_express.require_textworld_express,
-        "require_scienceworld": worlds.science_world.require_scienceworld,
-    }[require]
     try:
         check()
     except WorldUnavailableError as error:
@@ -48,13 +45,26 @@ def world_unavailable_reason(require: str = "require_textworld_express") -> str 
     return None
 
 
+def world_error_in_fresh_process(setup: str, env_id: str) -> str:
+    """What ``gym.make(env_id)`` prints as its ``WorldUnavailableError`` in a new interpreter that first runs
+    ``setup`` (e.g. hiding a package or Java); stripped."""
+    code = (
+        f"{setup}\nimport gymnasium as gym, agentfly_envs\n"
+        f"try:\n    gym.make({env_id!r})\nexcept agentfly_envs.WorldUnavailableError as e:\n    print(e)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return done.stdout.strip()
+
+
 needs_textworld_express = pytest.mark.skipif(
-    world_unavailable_reason() is not None, reason=str(world_unavailable_reason())
+    world_unavailable_reason(require_textworld_express) is not None,
+    reason=str(world_unavailable_reason(require_textworld_express)),
 )
 """Skips a test where textworld-express or Java is missing (CI installs both, so it runs there)."""
 needs_scienceworld = pytest.mark.skipif(
-    world_unavailable_reason("require_scienceworld") is not None,
-    reason=str(world_unavailable_reason("require_scienceworld")),
+    world_unavailable_reason(require_scienceworld) is not None,
+    reason=str(world_unavailable_reason(require_scienceworld)),
 )
 """Skips a test where scienceworld or Java is missing (CI installs both, so it runs there)."""
 needs_textarena = pytest.mark.skipif(

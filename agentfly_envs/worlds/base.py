@@ -7,11 +7,13 @@ plays one text command. The ``act`` tool drives it (see :mod:`agentfly_envs.tool
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentfly_envs.errors import WorldUnavailableError
 from agentfly_envs.registry import Registry
 
 
@@ -98,6 +100,18 @@ class World(ABC):
 
 
 WORLDS: Registry[type[World]] = Registry("world", where="agentfly_envs/worlds/")
+
+
+def require_module(module: str, label: str, install_hint: str) -> None:
+    """Checks that a world's package imports.
+
+    Raises:
+        WorldUnavailableError: it does not; the message names ``label`` and says what to install.
+    """
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise WorldUnavailableError(f"{label} is not installed: {install_hint}") from None
 
 
 def get_world(name: str) -> type[World]:

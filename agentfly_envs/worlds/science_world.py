@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_envs.errors import TaskFormatError, WorldUnavailableError
-from agentfly_envs.worlds.base import WORLDS, WorldState
+from agentfly_envs.errors import TaskFormatError
+from agentfly_envs.worlds.base import WORLDS, WorldState, require_module
 from agentfly_envs.worlds.jvm import JavaWorld, py4j_safe, require_java
 
 INSTALL_HINT = "pip install 'agentfly-rl[scienceworld]' (the scienceworld package)"
@@ -114,10 +114,7 @@ def require_scienceworld() -> None:
     Raises:
         WorldUnavailableError: one is missing; the message says what to install.
     """
-    try:
-        import scienceworld  # noqa: F401
-    except ImportError:
-        raise WorldUnavailableError(f"ScienceWorld is not installed: {INSTALL_HINT}") from None
+    require_module("scienceworld", "ScienceWorld", INSTALL_HINT)
     require_java("ScienceWorld")
 
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from agentfly_envs.errors import AgentflyError, TaskFormatError, WorldUnavailableError
-from agentfly_envs.worlds.base import WORLDS, World, WorldCommandError, WorldCrashedError, WorldState
+from agentfly_envs.errors import AgentflyError, TaskFormatError
+from agentfly_envs.worlds.base import WORLDS, World, WorldCommandError, WorldCrashedError, WorldState, require_module
 from agentfly_envs.worlds.puzzle_solvers import SOLVERS
 
 GAMES: dict[str, str] = {
@@ -50,10 +50,7 @@ def require_textarena() -> None:
     Raises:
         WorldUnavailableError: it is missing; the message says what to install.
     """
-    try:
-        import textarena  # noqa: F401
-    except ImportError:
-        raise WorldUnavailableError(f"TextArena is not installed: {INSTALL_HINT}") from None
+    require_module("textarena", "TextArena", INSTALL_HINT)
 
 
 def family(game_id: str) -> str:

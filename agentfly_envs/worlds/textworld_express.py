@@ -16,8 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_envs.errors import TaskFormatError, WorldUnavailableError
-from agentfly_envs.worlds.base import WORLDS, WorldState
+from agentfly_envs.errors import TaskFormatError
+from agentfly_envs.worlds.base import WORLDS, WorldState, require_module
 from agentfly_envs.worlds.jvm import JavaWorld, py4j_safe, require_java
 
 GAMES = ("coin", "cookingworld", "twc", "mapreader", "sorting", "arithmetic", "peckingorder", "simonsays")
@@ -33,10 +33,7 @@ def require_textworld_express() -> None:
     Raises:
         WorldUnavailableError: one is missing; the message says what to install.
     """
-    try:
-        import textworld_express  # noqa: F401
-    except ImportError:
-        raise WorldUnavailableError(f"TextWorldExpress is not installed: {INSTALL_HINT}") from None
+    require_module("textworld_express", "TextWorldExpress", INSTALL_HINT)
     require_java("TextWorldExpress")
 
 

@@ -20,3 +20,18 @@ def replay_golden_episodes(env: gym.Env) -> list[dict]:
         assert terminated and not truncated and reward == 1.0, (index, info)
         infos.append(info)
     return infos
+
+
+def assert_golden_world_episode_wins(env: gym.Env, context: object) -> None:
+    """Plays the running world game's golden actions: no mistake, a win, and the world's report says so.
+
+    Args:
+        env: A world env (``act`` tool) just reset into a game.
+        context: Shown when the game is not won (e.g. the split and index).
+    """
+    for action in env.unwrapped.golden_actions():
+        observation, reward, terminated, truncated, info = env.step(action)
+        assert sum(info["error_counts"].values()) == 0, info["messages"]
+    assert terminated and not truncated and reward == 1.0, (context, observation)
+    assert observation.endswith("[The task is complete.]")
+    assert info["reward_components"]["success"] == 1.0 and info["reward_components"]["world_error"] == 0.0

@@ -3,11 +3,8 @@ partial credit, the worlds' own random generators, and the error of a machine wi
 
 from __future__ import annotations
 
-import os
 import random
 import re
-import subprocess
-import sys
 
 import gymnasium as gym
 import pytest
@@ -17,7 +14,8 @@ from agentfly_envs import TaskFormatError
 from agentfly_envs.registration import TEXTARENA_GAMES
 from agentfly_envs.worlds.puzzle_solvers import SOLVERS
 from agentfly_envs.worlds.text_arena import SPLIT_SEEDS
-from tests.conftest import REPO_ROOT, needs_textarena
+from tests.conftest import REPO_ROOT, needs_textarena, world_error_in_fresh_process
+from tests.envs.golden import assert_golden_world_episode_wins
 
 pytestmark = needs_textarena
 
@@ -50,12 +48,7 @@ def test_golden_episodes_win_on_every_split(envs, name):
         for index in range(0, 100 * SEEDS_PER_SPLIT, 100):
             observation, info = env.reset(options={"task": puzzle_row(name, split, index)})
             assert observation.startswith("Task: ") and info["messages"][1]["content"] == observation
-            for action in env.unwrapped.golden_actions():
-                observation, reward, terminated, truncated, info = env.step(action)
-                assert sum(info["error_counts"].values()) == 0, info["messages"]
-            assert terminated and not truncated and reward == 1.0, (split, index, observation)
-            assert observation.endswith("[The task is complete.]")
-            assert info["reward_components"]["success"] == 1.0 and info["reward_components"]["world_error"] == 0.0
+            assert_golden_world_episode_wins(env, (split, index))
 
 
 def test_seeds_pick_the_game_and_leave_the_global_random_alone(envs):
@@ -165,16 +158,8 @@ def test_bad_games_splits_and_seeds_raise_one_line_errors(envs):
 
 
 def test_missing_package_says_what_to_install():
-    code = (
-        "import sys; sys.modules['textarena'] = None\nimport gymnasium as gym, agentfly_envs\n"
-        "try:\n    gym.make('agentfly/TextArena-Sokoban')\n"
-        "except agentfly_envs.WorldUnavailableError as e:\n    print(e)"
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert (
-        done.stdout.strip() == "TextArena is not installed: pip install 'agentfly-rl[puzzles]' (the textarena package)"
-    )
+    printed = world_error_in_fresh_process("import sys; sys.modules['textarena'] = None", "agentfly/TextArena-Sokoban")
+    assert printed == "TextArena is not installed: pip install 'agentfly-rl[puzzles]' (the textarena package)"
 
 
 def test_readme_puzzle_example_runs_as_written():

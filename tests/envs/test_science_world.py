@@ -3,10 +3,7 @@ a task, error observations, a simulator that dies, and the errors of bad rows or
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import time
 
 import gymnasium as gym
@@ -14,7 +11,8 @@ import pytest
 
 from agentfly_envs import TaskFormatError
 from agentfly_envs.worlds.science_world import SIMPLIFICATIONS, TASK_SPLITS, canonical, split_variations
-from tests.conftest import REPO_ROOT, needs_scienceworld
+from tests.conftest import REPO_ROOT, needs_scienceworld, world_error_in_fresh_process
+from tests.envs.golden import assert_golden_world_episode_wins
 
 pytestmark = needs_scienceworld
 
@@ -51,12 +49,7 @@ def test_golden_episodes_win_on_every_split(split):
         assert info["task"]["game"] == REPLAYED_TASKS[index]
         assert info["task"]["seed"] == split_variations(REPLAYED_TASKS[index], split).start
         assert observation.startswith("Task: Your task is") and info["messages"][1]["content"] == observation
-        for action in env.unwrapped.golden_actions():
-            observation, reward, terminated, truncated, info = env.step(action)
-            assert sum(info["error_counts"].values()) == 0, info["messages"]
-        assert terminated and not truncated and reward == 1.0, (split, index, observation)
-        assert observation.endswith("[The task is complete.]")
-        assert info["reward_components"]["success"] == 1.0 and info["reward_components"]["world_error"] == 0.0
+        assert_golden_world_episode_wins(env, (split, index))
     env.close()
 
 
@@ -171,19 +164,16 @@ def test_bad_rows_and_kwargs_raise_one_line_errors(env):
     env.reset(options={"index": 0})  # the env goes on after a bad row
 
 
-def test_missing_package_or_java_says_what_to_install():
-    for setup, message in [
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
         ("import sys; sys.modules['scienceworld'] = None", "pip install 'agentfly-rl[scienceworld]'"),
         ("import os; os.environ['PATH'] = ''", "apt-get install default-jre-headless"),
-    ]:
-        code = (
-            f"{setup}\nimport gymnasium as gym, agentfly_envs\n"
-            "try:\n    gym.make('agentfly/ScienceWorld')\n"
-            "except agentfly_envs.WorldUnavailableError as e:\n    print(e)"
-        )
-        environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True)
-        assert message in done.stdout and len(done.stdout.strip().splitlines()) == 1
+    ],
+)
+def test_missing_package_or_java_says_what_to_install(setup, message):
+    printed = world_error_in_fresh_process(setup, "agentfly/ScienceWorld")
+    assert message in printed and len(printed.splitlines()) == 1
 
 
 def test_readme_scienceworld_example_runs_as_written():

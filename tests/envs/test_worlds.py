@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import gymnasium as gym
@@ -17,7 +15,8 @@ import agentfly_envs
 from agentfly_envs import TaskFormatError
 from agentfly_envs.registration import TWX_GAMES
 from agentfly_envs.worlds.textworld_express import SPLIT_SEEDS
-from tests.conftest import REPO_ROOT, needs_textworld_express
+from tests.conftest import REPO_ROOT, needs_textworld_express, world_error_in_fresh_process
+from tests.envs.golden import assert_golden_world_episode_wins
 
 pytestmark = needs_textworld_express
 
@@ -49,12 +48,7 @@ def test_golden_episodes_win_on_every_split(envs, name):
         for index in range(0, 1000, 1000 // SEEDS_PER_SPLIT.get(name, 1)):
             observation, info = env.reset(options={"task": twx_row(TWX_GAMES[name], split, index)})
             assert observation.startswith("Task: ") and info["messages"][1]["content"] == observation
-            for action in env.unwrapped.golden_actions():
-                observation, reward, terminated, truncated, info = env.step(action)
-                assert sum(info["error_counts"].values()) == 0, info["messages"]
-            assert terminated and not truncated and reward == 1.0, (split, index, observation)
-            assert observation.endswith("[The task is complete.]")
-            assert info["reward_components"]["success"] == 1.0 and info["reward_components"]["world_error"] == 0.0
+            assert_golden_world_episode_wins(env, (split, index))
 
 
 def test_split_seeds_are_the_simulators():
@@ -216,13 +210,8 @@ def test_bad_rows_and_kwargs_raise_one_line_errors(envs):
     ],
 )
 def test_missing_package_or_java_says_what_to_install(setup, message):
-    code = (
-        f"{setup}\nimport gymnasium as gym, agentfly_envs\n"
-        "try:\n    gym.make('agentfly/TWX-Coin')\nexcept agentfly_envs.WorldUnavailableError as e:\n    print(e)"
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert message in done.stdout and len(done.stdout.strip().splitlines()) == 1
+    printed = world_error_in_fresh_process(setup, "agentfly/TWX-Coin")
+    assert message in printed and len(printed.splitlines()) == 1
 
 
 def test_readme_world_example_runs_as_written(monkeypatch):
