@@ -106,7 +106,7 @@ class AgentCallback(TrainerCallback):
             return
         logs = dict(logs)
         if "step_time" in logs and "timing/rollout_s" in logs:
-            logs["timing/update_s"] = logs["step_time"] - logs["timing/rollout_s"]
+            logs["timing/update_s"] = logs["step_time"] - logs["timing/rollout_s"] - logs.get("timing/weight_sync_s", 0)
         self.metrics.append(state.global_step, logs)
         if self._bar is not None:
             shown = {"reward": "reward", "accuracy": "acc", "val/accuracy": "val_acc"}

@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
 from agentfly_train.algorithms import value_loss
 from agentfly_train.batch import row_slices, step_denominator
 from agentfly_train.config import TINY_MODEL
+from agentfly_train.sharding import whole
 
 OPTIMIZER_FILE = "optimizer.pt"
 """The critic optimiser's state, next to the value model's weights in a checkpoint's ``critic/`` directory."""
@@ -175,7 +176,8 @@ class Critic:
                     valid = mask[rows].float()
                     vpred_mean = (vpreds.detach() * valid).sum() / valid.sum().clamp(min=1)
                     totals[:3] += torch.stack([loss.detach(), clipfrac / len(micro), vpred_mean / len(micro)])
-                totals[3] += self.accelerator.clip_grad_norm_(self.model.parameters(), settings.grad_clip).float()
+                grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), settings.grad_clip)
+                totals[3] += whole(grad_norm).float()  # a DTensor under FSDP2
                 self.optimizer.step()
                 steps += 1
         means = self.accelerator.reduce(totals / max(steps, 1), reduction="mean")

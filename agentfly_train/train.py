@@ -277,6 +277,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     from agentfly_train.callbacks import AgentCallback
     from agentfly_train.models import load_policy, training_device
     from agentfly_train.sft import golden_token_rows, warm_start
+    from agentfly_train.sharding import unsharded_copy
     from agentfly_train.trl_args import grpo_config
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
@@ -323,6 +324,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
                 seed=config.trainer.seed,
                 bf16=args.bf16,
             )
+        model = unsharded_copy(model)  # under FSDP2 the warm start's trainer sharded it
     train_env.close()
     if val_env is not None:
         val_env.close()
@@ -350,7 +352,10 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
         result.val_before = _val_metrics(before[0]) if before else {}
         if val_tasks:
             result.val_after = trainer.validate()
-            callback.metrics.append(trainer.state.global_step, {"final": True, **result.val_after})
+            if trainer.accelerator.is_main_process:
+                callback.metrics.append(trainer.state.global_step, {"final": True, **result.val_after})
+        if trainer.is_fsdp_enabled:  # final/ holds a whole model, whatever the checkpoints' sharding
+            trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
         trainer.save_model(str(run_dir / "final"))
     finally:
         trainer.agent.executor.shutdown()

@@ -24,6 +24,7 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -72,6 +73,7 @@ from agentfly_train.rollout import (
     run_rollouts_async,
     summarize,
 )
+from agentfly_train.sharding import full_tensors, unsharded
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
 
@@ -286,37 +288,48 @@ class AgentGRPOTrainer(GRPOTrainer):
         )
         self._synced_step = -1  # the engine may hold weights from before a resumed checkpoint: sync at first use
 
-    def _rollout_backend(self) -> GenerationBackend:
-        """The generation backend, holding the current policy weights.
+    @contextlib.contextmanager
+    def _rollout_backend(self) -> Iterator[GenerationBackend]:
+        """The generation backend, holding the current policy weights, for one rollout.
 
         A backend with its own copy of the weights (vLLM) gets the policy's after every optimiser step, once,
         before it next samples (TRL syncs its own vLLM engine the same way, on ``global_step``). One shared by
         all processes (a vLLM server) gets them from the main process, and the others wait until it has.
+        Sampling from the policy itself (HF), an FSDP2 policy is held unsharded for the rollout
+        (:func:`~agentfly_train.sharding.unsharded`), since each process makes its own number of forwards.
         """
         load_weights = getattr(self.backend, "load_weights", None)
-        if load_weights is not None and self._synced_step != self.state.global_step:
+        if load_weights is None:
+            with unsharded(self.model):
+                yield self.backend
+            return
+        if self._synced_step != self.state.global_step:
             shared = getattr(self.backend, "shared_by_processes", False)
+            weights = self._engine_weights()
             if self.accelerator.is_main_process or not shared:
-                load_weights(self._engine_weights())
+                load_weights(weights)
+            else:
+                collections.deque(weights, maxlen=0)  # an FSDP2 policy's tensors are gathered by all processes
             if shared:
                 self.accelerator.wait_for_everyone()
             self._synced_step = self.state.global_step
-        return self.backend
+        yield self.backend
 
     def _engine_weights(self) -> Iterator[tuple[str, Tensor]]:
-        """The policy's weights under the base model's Hugging Face names, for an engine with its own copy. A LoRA
-        policy's adapter is merged into them while they are read (the iterator must be read to the end)."""
+        """The policy's whole weights under the base model's Hugging Face names, for an engine with its own copy
+        (FSDP2 shards gathered one tensor at a time, by all processes). A LoRA policy's adapter is merged into them
+        while they are read (the iterator must be read to the end)."""
         from peft import PeftModel
 
         model = self.accelerator.unwrap_model(self.model)
         if not isinstance(model, PeftModel):
-            yield from ((name, tensor.detach()) for name, tensor in model.state_dict().items())
+            yield from full_tensors(model.state_dict().items())
             return
         model.merge_adapter()
         try:
-            for name, tensor in model.state_dict().items():
+            for name, tensor in full_tensors(model.state_dict().items()):
                 if ".lora_" not in name:
-                    yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), tensor.detach()
+                    yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), tensor
         finally:
             model.unmerge_adapter()
 
@@ -348,8 +361,11 @@ class AgentGRPOTrainer(GRPOTrainer):
         """TRL's ``rollout_func``: multi-turn episodes for the batch's tasks (plus ReMax's greedy baselines)."""
         mode = "train" if self.model.training else "eval"
         params = self.agent.train_params if mode == "train" else self.agent.val_params
-        start, timing = time.perf_counter(), EngineTime()
-        trajectories = self.agent.run(self._rollout_backend(), self._batch_tasks, params, timing)
+        synced, timing = time.perf_counter(), EngineTime()
+        with self._rollout_backend() as backend:
+            start = time.perf_counter()
+            self._metrics[mode]["timing/weight_sync_s"].append(start - synced)
+            trajectories = self.agent.run(backend, self._batch_tasks, params, timing)
         self._metrics[mode]["timing/engine_idle_frac"].append(timing.idle_fraction)
         self._batch_rewards = [t.reward for t in trajectories]
         if self.rl.adv_estimator == "remax":
@@ -371,7 +387,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         keys = [json.dumps(task, sort_keys=True, default=str) for task in tasks]
         distinct = list(dict.fromkeys(keys))
         greedy = dataclasses.replace(self.agent.val_params, temperature=0.0)
-        episodes = self.agent.run(self._rollout_backend(), [json.loads(key) for key in distinct], greedy)
+        with self._rollout_backend() as backend:
+            episodes = self.agent.run(backend, [json.loads(key) for key in distinct], greedy)
         reward = {key: episode.reward for key, episode in zip(distinct, episodes, strict=True)}
         return [reward[key] for key in keys]
 
@@ -705,7 +722,8 @@ class AgentGRPOTrainer(GRPOTrainer):
         if not self.val_rows:
             return {}
         start = time.perf_counter()
-        stats, trajectories = self.agent.evaluate(self._rollout_backend(), self.val_rows, self.val_batch_size)
+        with self._rollout_backend() as backend:
+            stats, trajectories = self.agent.evaluate(backend, self.val_rows, self.val_batch_size)
         stats.pop("env_seconds")
         stats["timing/s"] = time.perf_counter() - start
         stats.update(self._remote_failures())

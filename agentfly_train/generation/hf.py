@@ -111,6 +111,7 @@ class HFGenerationBackend:
                 eos_token_id=self.eos_token_ids,
                 pad_token_id=self.pad_token_id,
                 logits_processor=[recorder],
+                synced_gpus=False,  # each process samples alone (an FSDP2 policy is unsharded for the rollout)
                 **sampling,
             )
         new_tokens = sequences[:, width:].cpu()

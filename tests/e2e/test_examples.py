@@ -134,6 +134,27 @@ def test_rollout_throughput_benchmark_with_vllm_and_a_slow_tool(tmp_path):
 
 
 @pytest.mark.slow
+def test_step_time_benchmark(tmp_path):
+    from agentfly_train.generation.vllm import vllm_available
+
+    if not vllm_available():
+        pytest.skip("vLLM is not installed")
+    result_file = tmp_path / "step_time.json"
+    out = run_script(
+        "benchmarks/step_time.py", "--steps", "2", "--out", str(result_file), "sft.steps=2",
+        "data.train_batch_size=2", "agent.num_chains=2", "agent.max_tokens_per_turn=16",
+    )  # fmt: skip
+    figures = json.loads(result_file.read_text())
+    for engine in ("hf", "vllm"):
+        parts = figures[engine]
+        assert parts["step_time"] > 0 and parts["timing/rollout_s"] > parts["timing/env_s"] > 0
+        assert parts["timing/update_s"] > 0
+    # only the vLLM engine has its own copy of the weights to load; HF samples the policy itself
+    assert figures["vllm"]["timing/weight_sync_s"] > 10 * figures["hf"]["timing/weight_sync_s"]
+    assert "vs hf" in out and "vllm" in out
+
+
+@pytest.mark.slow
 def test_vllm_step_cost_benchmark():
     from agentfly_train.generation.vllm import vllm_available
 

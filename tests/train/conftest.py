@@ -44,16 +44,50 @@ def run_cli(
     """Runs a command line from the repository root with this checkout's packages first on ``PYTHONPATH``
     (whatever copy of them is installed) and ``env`` added to the environment, capturing its text output; a
     failure is returned, not raised."""
-    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env = env or {}
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
     return subprocess.run(
         command,
         cwd=REPO_ROOT,
-        env={**os.environ, **(env or {}), "PYTHONPATH": path},
+        env={**os.environ, **env, "PYTHONPATH": path},
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
+
+
+FSDP_ON_CPU = Path(__file__).parent / "fsdp_on_cpu"
+"""A ``sitecustomize`` folder that turns Accelerate's FSDP back on for CPU processes (see its docstring)."""
+
+
+def accelerate_launch(processes: int, *, fsdp: bool = False) -> tuple[list[str], dict[str, str]]:
+    """The command prefix and environment that start ``processes`` CPU processes of ``-m agentfly_train`` under
+    ``accelerate launch``: DDP over gloo, or with ``fsdp`` FSDP2 (the policy sharded across them).
+
+    ``accelerate launch --cpu --num_processes N`` starts one process; ``--multi_gpu`` (or ``--use_fsdp``) with
+    ``ACCELERATE_USE_CPU=true`` starts N through torch's launcher, and Accelerate then sets up multi-CPU DDP.
+    """
+    import sys
+
+    launcher = str(Path(sys.executable).with_name("accelerate"))
+    mode = ["--use_fsdp", "--fsdp_version=2", "--fsdp_auto_wrap_policy=TRANSFORMER_BASED_WRAP",
+            "--fsdp_state_dict_type=SHARDED_STATE_DICT"] if fsdp else ["--multi_gpu"]  # fmt: skip
+    command = [launcher, "launch", *mode, f"--num_processes={processes}", "--num_machines=1",
+               "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={_free_port()}",
+               "-m", "agentfly_train"]  # fmt: skip
+    env = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    if fsdp:
+        env["PYTHONPATH"] = str(FSDP_ON_CPU)
+    return command, env
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _warm_start(steps: int, num_tasks: int, directory: Path) -> Path:

@@ -5,38 +5,25 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import sys
 
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
 from agentfly_train.report.charts import chart_data
-from tests.train.conftest import run_cli
+from tests.train.conftest import accelerate_launch, run_cli
 from tests.train.test_resume import PPO_WITH_KL_IN_REWARD, SMALL_RUN
 
 pytestmark = pytest.mark.slow
 
 
-def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path):
-    launcher = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which("accelerate")
-    assert launcher, "accelerate's launcher is part of the train extra"
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp2"])
+def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path, fsdp):
     overrides = [*SMALL_RUN, *PPO_WITH_KL_IN_REWARD, "actor_rollout_ref.actor.use_kl_loss=true"]
-    command = [
-        launcher,
-        "launch",
-        "--cpu",
-        "--num_processes",
-        "2",
-        "-m",
-        "agentfly_train",
-        "--no-progress",
-        "--config",
-        "quickstart",
-    ]
-    done = run_cli([*command, *overrides, f"trainer.default_local_dir={tmp_path}"])
+    launch, env = accelerate_launch(2, fsdp=fsdp)
+    command = [*launch, "--no-progress", "--config", "quickstart"]
+    done = run_cli([*command, *overrides, f"trainer.default_local_dir={tmp_path}"], timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("run directory:") == 2  # both processes ran the job
     records = MetricsFile(tmp_path / "metrics.jsonl").read()
     assert [record["step"] for record in records] == [1, 2, 3, 4]
     for record in records:
@@ -68,3 +55,34 @@ def _critic_checkpoint_resumes_on_one_process(directory) -> None:
     steps = {float(state["step"]) for state in critic.optimizer.state.values()}
     assert len(critic.optimizer.state) == len(names) and len(steps) == 1 and steps.pop() >= 4
     assert critic.optimizer.param_groups[0]["lr"] == 1e-3  # the run's critic.optim.lr, restored
+
+
+def test_fsdp2_rollouts_sample_the_sharded_policy_and_the_final_model_is_whole(tmp_path, warm_policies):
+    """Two processes under FSDP2 (the policy sharded across them, each holding half of every weight): the
+    multi-turn HF rollouts, which end at different turns on the two processes, run on the policy held unsharded
+    for the rollout; the SFT warm start's sharded model is handed to the RL trainer whole; checkpoints are sharded
+    and ``final/`` is a whole model, whose one-process greedy validation is the run's own last validation."""
+    from agentfly_train.evaluate import evaluate
+    from tests.train.conftest import LEARNING_TASKS, quickstart_config
+
+    tasks = [o for o in LEARNING_TASKS if not o.startswith("data.val_size")]
+    model_and_data = [*tasks, f"actor_rollout_ref.model.path={warm_policies(60)}", "data.val_size=8"]
+    launch, env = accelerate_launch(2, fsdp=True)
+    overrides = [*model_and_data, "sft.steps=2", "data.train_batch_size=2", "agent.num_chains=4",
+                 "actor_rollout_ref.actor.optim.lr=1e-3", "trainer.total_training_steps=2", "trainer.save_freq=2",
+                 "trainer.val_before_train=false"]  # fmt: skip
+    command = [*launch, "--no-progress", "--config", "quickstart", *overrides, f"trainer.default_local_dir={tmp_path}"]
+    done = run_cli(command, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("run directory:") == 2 and "SFT warm start" in done.stdout
+    records = MetricsFile(tmp_path / "metrics.jsonl").read()
+    assert [r["step"] for r in records if "loss" in r] == [1, 2]
+    assert all(r["episode/sampled_tokens"] > 0 for r in records if "loss" in r)
+    assert list((tmp_path / "checkpoint-2").glob("pytorch_model_fsdp_0/*.distcp"))  # the policy was sharded
+    final = [r for r in records if r.get("final")]
+    assert len(final) == 1
+    config = quickstart_config([*model_and_data, f"actor_rollout_ref.model.path={tmp_path / 'final'}",
+                                f"trainer.default_local_dir={tmp_path / 'eval'}"])  # fmt: skip
+    stats, _, _ = evaluate(config)
+    for key in ("accuracy", "reward/mean", "episode/response_length", "episode/tool_calls"):
+        assert stats[key] == pytest.approx(final[0][f"val/{key}"]), key

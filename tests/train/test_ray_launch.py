@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from tests.train.conftest import run_cli
+from tests.train.conftest import accelerate_launch, run_cli
 
 pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (the ray extra)")
 pytestmark = pytest.mark.slow
@@ -96,11 +96,10 @@ def test_two_ray_workers_train_as_two_accelerate_processes(ray_address, tmp_path
     report = (tmp_path / "ray" / "report.html").read_text()  # the run report, written at the end by rank 0
     assert "Reward and accuracy" in report and "could not write" not in done.stdout
 
-    launcher = Path(sys.executable).with_name("accelerate")
-    command = [str(launcher), "launch", "--num_processes=2", "--num_machines=1", "--mixed_precision=no",
-               "--dynamo_backend=no", "--cpu", "-m", "agentfly_train", *RUN, "trainer.launcher=local",
-               f"trainer.default_local_dir={tmp_path / 'accelerate'}", "trainer.total_training_steps=2"]  # fmt: skip
-    done = run_cli(command, timeout=600)
+    launch, env = accelerate_launch(2)
+    command = [*launch, *RUN, "trainer.launcher=local", f"trainer.default_local_dir={tmp_path / 'accelerate'}",
+               "trainer.total_training_steps=2"]  # fmt: skip
+    done = run_cli(command, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     accelerate_steps = _steps(tmp_path / "accelerate")
     for ours, theirs in zip(ray_steps, accelerate_steps, strict=True):

@@ -198,23 +198,24 @@ def test_async_episodes_keep_budgets_masks_and_finish_reasons_under_sampling(eng
 
 
 @pytest.mark.parametrize(
-    ("processes", "lora"), [(1, False), (2, False), (1, True)], ids=["one_process", "ddp_two_processes", "lora"]
+    ("processes", "lora", "fsdp"),
+    [(1, False, False), (2, False, False), (2, False, True), (1, True, False)],
+    ids=["one_process", "ddp_two_processes", "fsdp2_two_processes", "lora"],
 )
-def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora):
+def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora, fsdp):
     """A CLI run on the colocated engine (asynchronous episodes); with 2 processes under ``accelerate launch``
-    (DDP on CPU) each process has its own engine, and both stay on the policy's weights; with LoRA the engine
-    gets the base weights with the adapter merged in."""
+    (DDP, or FSDP2 with the policy sharded, on CPU) each process has its own engine, and all stay on the policy's
+    weights (under FSDP2 gathered from the shards); with LoRA the engine gets the base weights with the adapter
+    merged in."""
     import json
     import sys
-    from pathlib import Path
 
-    from tests.train.conftest import run_cli
+    from tests.train.conftest import accelerate_launch, run_cli
 
-    command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart"]
+    command, env = [sys.executable, "-m", "agentfly_train"], {}
     if processes > 1:
-        launcher = str(Path(sys.executable).with_name("accelerate"))
-        command = [launcher, "launch", f"--num_processes={processes}", "--num_machines=1", "--mixed_precision=no",
-                   "--dynamo_backend=no", "--cpu", "-m", "agentfly_train", *command[3:]]  # fmt: skip
+        command, env = accelerate_launch(processes, fsdp=fsdp)
+    command += ["--no-progress", "--config", "quickstart"]
     overrides = [
         "sft.enable=false",
         "actor_rollout_ref.rollout.name=vllm",
@@ -232,8 +233,9 @@ def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora):
         f"trainer.default_local_dir={tmp_path}",
         *(["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.actor.optim.lr=1e-2"] if lora else []),
     ]
-    done = run_cli([*command, *overrides], timeout=600)
+    done = run_cli([*command, *overrides], timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("run directory:") == processes
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [1, 2]
     assert all(r["episode/sampled_tokens"] > 0 for r in records if "loss" in r)
