@@ -3,7 +3,7 @@
 Multi-turn rollouts end at different turns on different processes, so the number of forward passes a process
 makes while sampling is its own. Under FSDP2 every forward of a sharded module all-gathers its parameters, a
 collective all processes must make together; :func:`unsharded` gathers them once, before the rollout, so the
-forwards inside make none. :func:`full_tensors` gives an engine with its own copy (vLLM) whole tensors.
+forwards inside make none. :func:`engine_weights` gives an engine with its own copy (vLLM) whole tensors.
 """
 
 from __future__ import annotations
@@ -86,3 +86,26 @@ def unsharded_copy(model: torch.nn.Module) -> torch.nn.Module:
     copy.config._name_or_path = model.config._name_or_path
     copy.generation_config = model.generation_config
     return copy
+
+
+def engine_weights(model: torch.nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """The policy's whole weights under the base model's Hugging Face names, for an engine with its own copy
+    (vLLM): FSDP2 shards gathered one tensor at a time (:func:`full_tensors`, collective). A PEFT (LoRA) policy's
+    adapter is merged into its base weights while they are read, and unmerged after, so the iterator must be read
+    to the end.
+
+    Args:
+        model: The policy, unwrapped from DDP (``accelerator.unwrap_model``); FSDP2 leaves it sharded in place.
+    """
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel):
+        yield from full_tensors(model.state_dict().items())
+        return
+    model.merge_adapter()
+    try:
+        for name, tensor in full_tensors(model.state_dict().items()):
+            if ".lora_" not in name:
+                yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), tensor
+    finally:
+        model.unmerge_adapter()

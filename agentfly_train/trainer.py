@@ -73,7 +73,7 @@ from agentfly_train.rollout import (
     run_rollouts_async,
     summarize,
 )
-from agentfly_train.sharding import full_tensors, unsharded
+from agentfly_train.sharding import engine_weights, unsharded
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
 
@@ -305,7 +305,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             return
         if self._synced_step != self.state.global_step:
             shared = getattr(self.backend, "shared_by_processes", False)
-            weights = self._engine_weights()
+            weights = engine_weights(self.accelerator.unwrap_model(self.model))
             if self.accelerator.is_main_process or not shared:
                 load_weights(weights)
             else:
@@ -314,24 +314,6 @@ class AgentGRPOTrainer(GRPOTrainer):
                 self.accelerator.wait_for_everyone()
             self._synced_step = self.state.global_step
         yield self.backend
-
-    def _engine_weights(self) -> Iterator[tuple[str, Tensor]]:
-        """The policy's whole weights under the base model's Hugging Face names, for an engine with its own copy
-        (FSDP2 shards gathered one tensor at a time, by all processes). A LoRA policy's adapter is merged into them
-        while they are read (the iterator must be read to the end)."""
-        from peft import PeftModel
-
-        model = self.accelerator.unwrap_model(self.model)
-        if not isinstance(model, PeftModel):
-            yield from full_tensors(model.state_dict().items())
-            return
-        model.merge_adapter()
-        try:
-            for name, tensor in full_tensors(model.state_dict().items()):
-                if ".lora_" not in name:
-                    yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), tensor
-        finally:
-            model.unmerge_adapter()
 
     @contextlib.contextmanager
     def _generation_model(self) -> Iterator[Any]:

@@ -74,7 +74,7 @@ def accelerate_launch(processes: int, *, fsdp: bool = False) -> tuple[list[str],
     mode = ["--use_fsdp", "--fsdp_version=2", "--fsdp_auto_wrap_policy=TRANSFORMER_BASED_WRAP",
             "--fsdp_state_dict_type=SHARDED_STATE_DICT"] if fsdp else ["--multi_gpu"]  # fmt: skip
     command = [launcher, "launch", *mode, f"--num_processes={processes}", "--num_machines=1",
-               "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={_free_port()}",
+               "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={free_port()}",
                "-m", "agentfly_train"]  # fmt: skip
     env = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
     if fsdp:
@@ -82,7 +82,8 @@ def accelerate_launch(processes: int, *, fsdp: bool = False) -> tuple[list[str],
     return command, env
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     import socket
 
     with socket.socket() as probe:
