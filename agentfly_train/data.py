@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -46,9 +47,32 @@ def file_task_rows(files: Sequence[str], env: gym.Env, limit: int | None) -> lis
     return rows
 
 
-def trl_dataset(rows: Sequence[Mapping[str, Any]], prompts: Sequence[str]) -> Any:
-    """The ``datasets.Dataset`` the trainer iterates: ``prompt`` (rendered opening, for TRL's logs) and
-    ``task`` (the row as JSON, since rows of one file may differ in their fields)."""
+class PromptColumn:
+    """A dataset transform that adds ``prompt`` (``render_prompt(row)``) to each batch of ``task`` rows read.
+
+    ``datasets`` fingerprints a transform by pickling it; the renderer (a tokenizer, envs) is neither worth
+    serialising nor picklable, so the transform pickles as a token unique to this instance.
+    """
+
+    def __init__(self, render_prompt: Callable[[dict[str, Any]], str]) -> None:
+        self.render_prompt = render_prompt
+        self.token = uuid.uuid4().hex
+
+    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        return {**batch, "prompt": [self.render_prompt(json.loads(task)) for task in batch["task"]]}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (str, (self.token,))
+
+
+def trl_dataset(rows: Sequence[Mapping[str, Any]], render_prompt: Callable[[dict[str, Any]], str]) -> Any:
+    """The ``datasets.Dataset`` the trainer iterates: ``task`` (the row as JSON, since rows of one file may differ
+    in their fields) and ``prompt`` (``render_prompt(row)``: the rendered opening, for TRL's logs).
+
+    ``prompt`` is rendered when a row is read (:class:`PromptColumn`), so a run renders the rows it samples, not
+    every row of a large task set at start-up.
+    """
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": list(prompts), "task": [json.dumps(dict(row), default=str) for row in rows]})
+    tasks = Dataset.from_dict({"task": [json.dumps(dict(row), default=str) for row in rows]})
+    return tasks.with_transform(PromptColumn(render_prompt))

@@ -437,7 +437,6 @@ def make_trainer(
     from agentfly_train.trl_args import critic_settings, rl_settings
 
     agent = agent_rollout(config, codec, env_kwargs(config))
-    prompts = [codec.render(_opening(agent.pool, row), add_generation_prompt=True) for row in train_tasks]
     critic_model = critic = kl_ctrl = None
     if config.algorithm.adv_estimator == "gae":
         trust_remote_code = config.actor_rollout_ref.model.trust_remote_code
@@ -458,7 +457,9 @@ def make_trainer(
         log_train_generations=config.trainer.log_train_generations,
         model=model,
         args=args,
-        train_dataset=trl_dataset(train_tasks, prompts),
+        train_dataset=trl_dataset(
+            train_tasks, lambda row: codec.render(_opening(agent.pool, row), add_generation_prompt=True)
+        ),
         processing_class=tokenizer,
         peft_config=lora_config(config),
         backend=rollout_engine(config, model, tokenizer) if config.backend == "vllm" else None,

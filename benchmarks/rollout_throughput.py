@@ -89,10 +89,9 @@ def main() -> None:
                 max_tool_calling_iterations=args.max_turns - 1, disable_tqdm=True,
             )  # fmt: skip
 
-        prompts = []
-        for task in tasks:
+        def render_opening(task: dict) -> str:
             _, info = env.reset(options={"task": task})
-            prompts.append(codec.render(info["messages"], add_generation_prompt=True))
+            return codec.render(info["messages"], add_generation_prompt=True)
 
         def our_trainer(name: str, backend=None, async_episodes: bool = False) -> AgentGRPOTrainer:
             return AgentGRPOTrainer(
@@ -102,7 +101,7 @@ def main() -> None:
                     train_params=SamplingParams(0.0 if args.greedy else 1.0), val_params=SamplingParams(0.0),
                     executor=ThreadPoolExecutor(args.episodes), async_episodes=async_episodes,
                 ),
-                model=model, args=grpo_args(name), train_dataset=trl_dataset(tasks, prompts),
+                model=model, args=grpo_args(name), train_dataset=trl_dataset(tasks, render_opening),
                 processing_class=tokenizer, backend=backend,
             )  # fmt: skip
 

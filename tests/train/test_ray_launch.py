@@ -1,8 +1,8 @@
 """Training on a real local Ray cluster (``ray start --head`` on 127.0.0.1, 2 CPUs) through the CLI.
 
-Two Ray Train workers (gloo) run the same job as two ``accelerate launch`` processes and log the same losses and
-rewards; a worker killed mid-run fails the run in one line and the same command resumes it; a cluster too small
-for the requested workers is refused in one line before anything starts.
+Two Ray Train workers (gloo), one of them killed mid-run (the run fails in one line and the same command resumes
+it), log the losses and rewards of two ``accelerate launch`` processes run without a break; a cluster too small for
+the requested workers is refused in one line before anything starts.
 """
 
 from __future__ import annotations
@@ -79,31 +79,15 @@ def _steps(run_dir: Path) -> list[dict]:
     return [record for record in MetricsFile(run_dir / "metrics.jsonl").read() if "loss" in record]
 
 
-def test_two_ray_workers_train_as_two_accelerate_processes(ray_address, tmp_path):
-    done = _train(ray_address, tmp_path / "ray", "trainer.total_training_steps=2", "trainer.save_freq=1")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "run directory:" in done.stdout and "(2 steps)" in done.stdout
-    ray_steps = _steps(tmp_path / "ray")
-    assert [record["step"] for record in ray_steps] == [1, 2]  # each step logged once, by rank 0
-    report = (tmp_path / "ray" / "report.html").read_text()  # the run report, written at the end by rank 0
-    assert "Reward and accuracy" in report and "could not write" not in done.stdout
-
-    launch, env = accelerate_launch(2)
-    command = [*launch, *RUN, "trainer.launcher=local", f"trainer.default_local_dir={tmp_path / 'accelerate'}",
-               "trainer.total_training_steps=2"]  # fmt: skip
-    done = run_cli(command, timeout=600, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    accelerate_steps = _steps(tmp_path / "accelerate")
-    for ours, theirs in zip(ray_steps, accelerate_steps, strict=True):
-        for key in ("loss", "reward/mean", "actor/entropy", "episode/sampled_tokens"):
-            assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (key, ours["step"])
-
-
-def test_a_killed_worker_fails_the_run_in_one_line_and_the_command_resumes_it(ray_address, tmp_path):
+def test_ray_workers_killed_and_resumed_train_as_two_uninterrupted_accelerate_processes(ray_address, tmp_path):
+    """A Ray Train worker killed during step 2 fails the run in one line; the same command resumes it from
+    checkpoint 1, and its 3 steps log the losses and rewards of 2 ``accelerate launch`` processes run without a
+    break (same data, RNG and gradients across the kill, the restore and the two launchers)."""
     import psutil
 
-    command = [sys.executable, "-m", "agentfly_train", *RUN, f"trainer.default_local_dir={tmp_path}",
-               "trainer.total_training_steps=4", "trainer.save_freq=1"]  # fmt: skip
+    run_dir = tmp_path / "ray"
+    command = [sys.executable, "-m", "agentfly_train", *RUN, f"trainer.default_local_dir={run_dir}",
+               "trainer.total_training_steps=3", "trainer.save_freq=1"]  # fmt: skip
     run = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -112,9 +96,9 @@ def test_a_killed_worker_fails_the_run_in_one_line_and_the_command_resumes_it(ra
         env={**os.environ, "RAY_ADDRESS": ray_address, **NO_AUTH},
     )
     deadline = time.monotonic() + 400
-    while not (tmp_path / "checkpoint-1" / "trainer_state.json").is_file() and time.monotonic() < deadline:
+    while not (run_dir / "checkpoint-1" / "trainer_state.json").is_file() and time.monotonic() < deadline:
         assert run.poll() is None, run.communicate()[1][-3000:]
-        time.sleep(0.5)
+        time.sleep(0.2)
     workers = [p for p in psutil.process_iter(["cmdline"]) if "RayTrainWorker" in " ".join(p.info["cmdline"] or ())]
     assert workers, "no Ray Train worker process found"
     workers[-1].kill()
@@ -123,11 +107,26 @@ def test_a_killed_worker_fails_the_run_in_one_line_and_the_command_resumes_it(ra
     message = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(message) == 1 and "a training worker failed" in message[0] and "resume" in message[0], stderr[-3000:]
 
-    done = _train(ray_address, tmp_path, "trainer.total_training_steps=4", "trainer.save_freq=1")
+    done = _train(ray_address, run_dir, "trainer.total_training_steps=3", "trainer.save_freq=1")
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert result["steps"] == 4 and result["resumed_from"] is not None
-    assert _steps(tmp_path)[-1]["step"] == 4
+    assert "run directory:" in done.stdout and "(3 steps)" in done.stdout
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["steps"] == 3 and Path(result["resumed_from"]).name in ("checkpoint-1", "checkpoint-2")
+    ray_steps = _steps(run_dir)
+    assert [record["step"] for record in ray_steps] == [1, 2, 3]  # each step logged once, by rank 0
+    report = (run_dir / "report.html").read_text()  # the run report, written at the end by rank 0
+    assert "Reward and accuracy" in report and "could not write" not in done.stdout
+
+    launch, env = accelerate_launch(2)
+    command = [*launch, *RUN, "trainer.launcher=local", f"trainer.default_local_dir={tmp_path / 'accelerate'}",
+               "trainer.total_training_steps=3"]  # fmt: skip
+    done = run_cli(command, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("run directory:") == 2
+    accelerate_steps = _steps(tmp_path / "accelerate")
+    for ours, theirs in zip(ray_steps, accelerate_steps, strict=True):
+        for key in ("loss", "reward/mean", "actor/entropy", "episode/sampled_tokens"):
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (key, ours["step"])
 
 
 def test_ray_workers_sample_with_colocated_vllm_engines_kept_on_the_policy(ray_address, tmp_path):

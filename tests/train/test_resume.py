@@ -56,26 +56,29 @@ PPO_WITH_KL_IN_REWARD = (
     "algorithm.kl_ctrl.horizon=10",
     "critic.optim.lr=1e-3",
 )
-"""A run whose state beyond TRL's is the critic (weights, optimiser) and the adaptive KL controller."""
+"""A run whose state is TRL's (policy, optimiser, scheduler, RNG, data position) and ours beyond it (the critic's
+weights and optimiser, the adaptive KL controller): GRPO's state is a subset of it."""
+COMPARED = ("critic/vf_loss", "critic/values/mean", "actor/reward_kl_penalty_coeff")
 
 
-@pytest.mark.parametrize(
-    ("algorithm", "compared"),
-    [
-        ((), ()),
-        (PPO_WITH_KL_IN_REWARD, ("critic/vf_loss", "critic/values/mean", "actor/reward_kl_penalty_coeff")),
-    ],
-    ids=["grpo", "gae-kl_in_reward"],
-)
-def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, algorithm, compared):
+def test_killed_run_resumes_from_its_last_checkpoint_and_a_finished_run_trains_no_more(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     subprocess.run(
-        _command(reference, *algorithm), cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=300
+        _command(reference, *PPO_WITH_KL_IN_REWARD),
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
 
     process = subprocess.Popen(
-        _command(killed, *algorithm), cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        _command(killed, *PPO_WITH_KL_IN_REWARD),
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 240
     while not (killed / "checkpoint-2" / "trainer_state.json").exists():  # step 3 is under way after this
@@ -84,22 +87,29 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path, algorithm, compar
     process.send_signal(signal.SIGKILL)
     process.wait()
 
-    done = subprocess.run(
-        _command(killed, *algorithm), cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads((killed / "result.json").read_text())
-    assert result["resumed_from"] is not None and Path(result["resumed_from"]).name.startswith("checkpoint-")
-    assert result["steps"] == 4
-    steps = [record["step"] for record in _steps(killed)]
-    assert steps == [1, 2, 3, 4]  # no step lost, none logged twice
-    # Model, optimiser, RNG, data position (and critic, KL controller) were restored: the resumed steps are the
+    for run in ("resumed", "finished"):  # the second run finds checkpoint-4 = max_steps, as after a kill in final/
+        done = subprocess.run(
+            _command(killed, *PPO_WITH_KL_IN_REWARD),
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, (run, done.stderr[-2000:])
+        result = json.loads((killed / "result.json").read_text())
+        assert result["resumed_from"] is not None and Path(result["resumed_from"]).name.startswith("checkpoint-")
+        assert result["steps"] == 4
+        steps = [record["step"] for record in _steps(killed)]
+        assert steps == [1, 2, 3, 4], run  # no step lost, none logged twice
+    assert Path(result["resumed_from"]).name == "checkpoint-4"
+    # Model, optimiser, RNG, data position, critic and KL controller were restored: the resumed steps are the
     # uninterrupted run's.
     for ours, theirs in zip(_steps(killed), _steps(reference), strict=True):
         assert ours["reward/mean"] == pytest.approx(theirs["reward/mean"])
         assert ours["episode/response_length"] == pytest.approx(theirs["episode/response_length"])
         assert ours["loss"] == pytest.approx(theirs["loss"], abs=1e-5)
-        for name in compared:
+        for name in COMPARED:
             assert ours[name] == pytest.approx(theirs[name], rel=1e-4, abs=1e-6), name
 
 
@@ -127,12 +137,3 @@ def test_auto_resume_skips_a_checkpoint_left_half_written(tmp_path):
     config = quickstart_config([f"trainer.default_local_dir={tmp_path}"])
     assert resume_checkpoint(config) == str(tmp_path / "checkpoint-10")  # 11 was killed mid-save; 10 > 2 numerically
     assert resume_checkpoint(quickstart_config([f"trainer.default_local_dir={tmp_path / 'new'}"])) is None
-
-
-def test_resuming_a_run_killed_after_its_last_checkpoint_trains_no_more(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    command = _command(tmp_path, "trainer.total_training_steps=2")
-    for _ in range(2):  # the second run finds checkpoint-2 = max_steps, as after a kill during final saving
-        subprocess.run(command, cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=300)
-    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 2
-    assert [record["step"] for record in _steps(tmp_path)] == [1, 2]
