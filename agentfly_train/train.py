@@ -526,6 +526,7 @@ def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
             eos_ids,
             dtype=dtype,
             gpu_memory_utilization=rollout.gpu_memory_utilization,
+            kv_cache_memory_bytes=rollout.kv_cache_memory_bytes,
             tensor_parallel_size=rollout.tensor_model_parallel_size,
             enable_prefix_caching=rollout.enable_prefix_caching,
             max_model_len=rollout.max_model_len,
@@ -535,7 +536,8 @@ def rollout_engine(config: TrainConfig, model: Any, tokenizer: Any) -> Any:
     except Exception as error:  # vLLM's start-up failures (model, memory, KV cache) come as assorted types
         raise ConfigError(
             f"actor_rollout_ref.rollout.name=vllm: the engine did not start ({error_summary(error)}); check "
-            "actor_rollout_ref.rollout.gpu_memory_utilization, .max_model_len and that vLLM supports the model"
+            "actor_rollout_ref.rollout.gpu_memory_utilization, .kv_cache_memory_bytes, .max_model_len and that vLLM "
+            "supports the model"
         ) from None
 
 

@@ -25,7 +25,7 @@ ENGINES = {
     "hf": [],
     "vllm": [
         "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.rollout.gpu_memory_utilization=0.25",
+        "actor_rollout_ref.rollout.kv_cache_memory_bytes=268435456",
         "actor_rollout_ref.rollout.max_model_len=1024",
     ],
 }

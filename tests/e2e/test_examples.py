@@ -135,7 +135,7 @@ def test_step_time_benchmark(tmp_path):
     skip_without_vllm()
     result_file = tmp_path / "step_time.json"
     out = run_script(
-        "benchmarks/step_time.py", "--steps", "2", "--out", str(result_file), "sft.steps=2",
+        "benchmarks/step_time.py", "--steps", "2", "--out", str(result_file), "sft.steps=2", "sft.num_demos=8",
         "data.train_batch_size=2", "agent.num_chains=2", "agent.max_tokens_per_turn=16",
     )  # fmt: skip
     figures = json.loads(result_file.read_text())

@@ -243,6 +243,8 @@ def test_vllm_settings_are_checked_before_anything_loads():
         quickstart_config(["actor_rollout_ref.rollout.async_episodes=true"])
     with pytest.raises(ConfigError, match=r"rollout\.mode='remote' is not one of"):
         quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=remote"])
+    with pytest.raises(ConfigError, match=r"rollout\.kv_cache_memory_bytes must be > 0, got -1"):
+        quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.kv_cache_memory_bytes=-1"])
 
 
 def test_rollout_correction_keys_take_verls_values():

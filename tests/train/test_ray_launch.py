@@ -131,7 +131,7 @@ def test_ray_workers_killed_and_resumed_train_as_two_uninterrupted_accelerate_pr
 
 def test_ray_workers_sample_with_colocated_vllm_engines_kept_on_the_policy(ray_address, tmp_path):
     skip_without_vllm()
-    engine = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.25",
+    engine = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.kv_cache_memory_bytes=268435456",
               "actor_rollout_ref.rollout.max_model_len=1024", "actor_rollout_ref.actor.optim.lr=1e-3"]  # fmt: skip
     done = _train(ray_address, tmp_path, "trainer.total_training_steps=2", *engine)
     assert done.returncode == 0, done.stderr[-3000:]
