@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from tests.conftest import REPO_ROOT
+from tests.train.conftest import run_cli
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
 SMALL_RUN = [
     "agent.env_kwargs.level=single",
     "agent.num_chains=2",
@@ -62,21 +65,14 @@ COMPARED = ("critic/vf_loss", "critic/values/mean", "actor/reward_kl_penalty_coe
 
 
 def test_killed_run_resumes_from_its_last_checkpoint_and_a_finished_run_trains_no_more(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    subprocess.run(
-        _command(reference, *PPO_WITH_KL_IN_REWARD),
-        cwd=REPO_ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    done = run_cli(_command(reference, *PPO_WITH_KL_IN_REWARD), env=OFFLINE)
+    assert done.returncode == 0, done.stderr[-2000:]
 
     process = subprocess.Popen(
         _command(killed, *PPO_WITH_KL_IN_REWARD),
         cwd=REPO_ROOT,
-        env=env,
+        env={**os.environ, **OFFLINE},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -88,14 +84,7 @@ def test_killed_run_resumes_from_its_last_checkpoint_and_a_finished_run_trains_n
     process.wait()
 
     for run in ("resumed", "finished"):  # the second run finds checkpoint-4 = max_steps, as after a kill in final/
-        done = subprocess.run(
-            _command(killed, *PPO_WITH_KL_IN_REWARD),
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = run_cli(_command(killed, *PPO_WITH_KL_IN_REWARD), env=OFFLINE)
         assert done.returncode == 0, (run, done.stderr[-2000:])
         result = json.loads((killed / "result.json").read_text())
         assert result["resumed_from"] is not None and Path(result["resumed_from"]).name.startswith("checkpoint-")
@@ -114,11 +103,8 @@ def test_killed_run_resumes_from_its_last_checkpoint_and_a_finished_run_trains_n
 
 
 def test_resume_path_must_be_a_checkpoint(tmp_path):
-    done = subprocess.run(
+    done = run_cli(
         _command(tmp_path / "run", "trainer.resume_mode=resume_path", f"trainer.resume_from_path={tmp_path}"),
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert done.returncode == 2 and "is not a checkpoint" in done.stderr
