@@ -229,9 +229,8 @@ def test_bad_keys_and_values_fail_naming_the_key_and_the_closest_valid_ones(over
 
 
 def test_vllm_settings_are_checked_before_anything_loads():
-    from agentfly_train.generation.vllm import vllm_available
-
-    with pytest.raises(ConfigError, match="server_timeout must be > 0" if vllm_available() else "pip install"):
+    # bad values are reported before whether vLLM is installed, so these hold with and without it
+    with pytest.raises(ConfigError, match="server_timeout must be > 0"):
         quickstart_config(
             [
                 "actor_rollout_ref.rollout.name=vllm",
