@@ -866,6 +866,7 @@ def value_loss(
 # --- rollout correction -----------------------------------------------------------------------------------------
 
 ROLLOUT_IS_LEVELS = ("token", "sequence")
+ROLLOUT_IS_METRICS = ("rollout_is_mean", "rollout_is_raw_min", "rollout_is_raw_max", "rollout_is_clipped_frac")
 """``algorithm.rollout_correction.rollout_is`` values (verl's names); ``None`` turns the weights off."""
 
 _LOG_RATIO_BOUND = 20.0
@@ -936,10 +937,10 @@ def rollout_is_weights(
     weights = weights * mask
     selected = raw[units]
     empty = selected.new_zeros(())
-    metrics = {
-        "rollout_is_mean": _masked_mean(weights, mask),
-        "rollout_is_raw_min": selected.min() if selected.numel() else empty,
-        "rollout_is_raw_max": selected.max() if selected.numel() else empty,
-        "rollout_is_clipped_frac": outside[units].float().mean() if selected.numel() else empty,
-    }
-    return weights, metrics
+    values = (
+        _masked_mean(weights, mask),
+        selected.min() if selected.numel() else empty,
+        selected.max() if selected.numel() else empty,
+        outside[units].float().mean() if selected.numel() else empty,
+    )
+    return weights, dict(zip(ROLLOUT_IS_METRICS, values, strict=True))

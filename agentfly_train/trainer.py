@@ -15,7 +15,9 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
 - ``_compute_loss``: the PPO clipped (dual-clip) policy loss, minus the entropy bonus, plus the KL loss, each
   aggregated with ``loss_agg_mode`` so that the micro-batches of an optimiser step add up to the step's loss.
   The exact (``full``) KL needs whole (b, T, V) logits, which TRL's fused LM head never forms: with it, the
-  policy and the reference run their own forward (:meth:`AgentGRPOTrainer._completion_logits`).
+  policy and the reference run their own forward (:meth:`AgentGRPOTrainer._completion_logits`). When a rollout
+  batch makes a single optimiser step, TRL skips old log-probs (the policy has not moved), and the loss's own
+  forward gives π_train for the engine/trainer gap and the ``rollout_is`` weights: no extra pass over the batch.
 - ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the KL controller's state and the critic (weights
   and optimiser) go into, and come back from, the ``checkpoint-N`` directory TRL writes.
 
@@ -43,6 +45,7 @@ from trl import GRPOTrainer
 
 from agentfly_envs.runtime import EnvPool, RayEnvPool
 from agentfly_train.algorithms import (
+    ROLLOUT_IS_METRICS,
     KLController,
     agg_loss,
     compute_advantage,
@@ -270,6 +273,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._batch_rewards: list[float] = []
         self._batch_baselines: list[float] = []
         self._train_samples_step, self._train_samples_written = -1, 0
+        self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
         _check_setup(self.rl, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)
         super().__init__(reward_funcs=[env_reward], rollout_func=self._rollout, **kwargs)
         if critic_model is not None and (
@@ -416,9 +420,18 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._batch_tasks = [json.loads(row["task"]) for row in inputs]
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
-        if mode == "train" and (self.rl.rollout_is is not None or self._engine_has_own_weights()):
-            self._correct_rollout_gap(output)
         output["advantages"] = self._advantages(output, mode)
+        if mode == "train" and (self.rl.rollout_is is not None or self._engine_has_own_weights()):
+            self._gap_chunks = None
+            if "old_per_token_logps" in output or self._in_critic_warmup():
+                if "old_per_token_logps" not in output:  # TRL skips them when the ratio is 1
+                    output["old_per_token_logps"] = self._policy_logps(output)
+                weights, chunk = self._rollout_gap(output["old_per_token_logps"], output)
+                if weights is not None:
+                    output["rollout_is_weights"] = weights
+                self._log_rollout_gap([chunk])
+            else:  # the batch makes one optimiser step: the loss's forward passes are π_train, measured there
+                self._gap_chunks = []
         return output
 
     def _engine_has_own_weights(self) -> bool:
@@ -426,27 +439,40 @@ class AgentGRPOTrainer(GRPOTrainer):
         from the trainer's (another dtype, other kernels)."""
         return getattr(self.backend, "load_weights", None) is not None
 
-    def _correct_rollout_gap(self, output: dict[str, Any]) -> None:
-        """Logs |log π_train − log π_rollout| of the sampled tokens (``rollout/logprob_diff_mean``, ``_max``, over
-        all processes) and, with ``rl.rollout_is``, puts the importance weights in ``output["rollout_is_weights"]``
-        (B, T) for the loss. π_train is the policy before this step's update (``old_per_token_logps``, computed
-        here when TRL skipped them, and then also the PPO ratio's denominator)."""
-        if "old_per_token_logps" not in output:
-            output["old_per_token_logps"] = self._policy_logps(output)
-        mask = loss_mask(output)
-        log_ratio = torch.nan_to_num(output["old_per_token_logps"] - output["sampling_per_token_logps"]) * mask
+    def _rollout_gap(self, train_logps: Tensor, inputs: Mapping[str, Any]) -> tuple[Tensor | None, Tensor]:
+        """The gap between the trainer's and the engine's log-probs of the sampled tokens of some rows.
+
+        Args:
+            train_logps: (b, T) log π_train, the policy before this step's update (no gradient).
+            inputs: The rows' ``completion_mask``, ``tool_mask`` and ``sampling_per_token_logps`` (b, T).
+
+        Returns:
+            (the (b, T) importance weights of ``rl.rollout_is``, or ``None`` without it; a (k,) vector of the rows'
+            statistics for :meth:`_log_rollout_gap`: |log-ratio| sum, token count and max, then
+            :func:`~agentfly_train.algorithms.rollout_is_weights`' metrics).
+        """
+        mask = loss_mask(inputs)
+        log_ratio = torch.nan_to_num(train_logps.detach() - inputs["sampling_per_token_logps"]) * mask
         gap = log_ratio.abs()
-        count = self.accelerator.reduce(mask.sum().float(), reduction="sum").clamp(min=1)
+        stats = [gap.sum(), mask.sum().float(), gap.max()]
+        weights = None
+        if self.rl.rollout_is is not None:
+            weights, metrics = rollout_is_weights(log_ratio, mask, self.rl.rollout_is, self.rl.rollout_is_threshold)
+            stats += metrics.values()
+        return weights, torch.stack([stat.float() for stat in stats])
+
+    def _log_rollout_gap(self, chunks: Sequence[Tensor]) -> None:
+        """Logs a rollout batch's gap, over its chunks (micro-batches) on all processes: ``rollout/logprob_diff_mean``
+        and ``_max`` of |log π_train − log π_rollout|, and with ``rl.rollout_is`` the weights' ``rollout_corr/*``
+        (means of the chunks' means; min and max of the raw ratios)."""
+        gathered = self.accelerator.gather(torch.stack(list(chunks)))  # (processes * chunks, k)
         metrics = self._metrics["train"]
-        metrics["rollout/logprob_diff_mean"].append((self.accelerator.reduce(gap.sum(), "sum") / count).item())
-        metrics["rollout/logprob_diff_max"].append(self.accelerator.gather(gap.max()[None]).max().item())
+        metrics["rollout/logprob_diff_mean"].append((gathered[:, 0].sum() / gathered[:, 1].sum().clamp(min=1)).item())
+        metrics["rollout/logprob_diff_max"].append(gathered[:, 2].max().item())
         if self.rl.rollout_is is None:
             return
-        weights, stats = rollout_is_weights(log_ratio, mask, self.rl.rollout_is, self.rl.rollout_is_threshold)
-        output["rollout_is_weights"] = weights
-        gathered = self.accelerator.gather(torch.stack(list(stats.values()))[None])  # (processes, 4)
         reduce = {"rollout_is_raw_min": torch.min, "rollout_is_raw_max": torch.max}
-        for column, name in enumerate(stats):
+        for column, name in enumerate(ROLLOUT_IS_METRICS, start=3):
             metrics[f"rollout_corr/{name}"].append(reduce.get(name, torch.mean)(gathered[:, column]).item())
 
     def _advantages(self, output: dict[str, Any], mode: str) -> Tensor:
@@ -595,6 +621,13 @@ class AgentGRPOTrainer(GRPOTrainer):
         logps, entropies, aux_loss, kl = self._policy_terms(model, inputs)
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps
+        weights = inputs.get("rollout_is_weights")
+        if mode == "train" and self._gap_chunks is not None:  # π_train is this forward's policy (no update yet)
+            weights, chunk = self._rollout_gap(logps, inputs)
+            self._gap_chunks.append(chunk)
+            if len(self._gap_chunks) == self.args.steps_per_generation:
+                self._log_rollout_gap(self._gap_chunks)
+                self._gap_chunks = None
         denominator = self._step_denominator() if mode == "train" else None
         pg_loss, pg_metrics = policy_loss(
             old_logps,
@@ -606,7 +639,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             rl.clip_ratio_c,
             rl.loss_agg_mode,
             denominator=denominator,
-            weights=inputs.get("rollout_is_weights"),
+            weights=weights,
         )
         entropy = agg_loss(entropies, mask, rl.loss_agg_mode, denominator=denominator)
         loss = pg_loss - rl.entropy_coeff * entropy

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import torch
+from torch import Tensor
 from transformers import set_seed
 from trl import GRPOTrainer
 
@@ -235,33 +236,69 @@ def test_the_full_kl_in_the_reward_is_the_exact_kl_of_the_batch(warm_policy, tmp
     _shut_down(trainer)
 
 
-def test_rollout_correction_weights_the_loss_by_the_truncated_engine_trainer_ratio(warm_policy, tmp_path):
-    trainer = _trainer(warm_policy, tmp_path, "algorithm.rollout_correction.rollout_is=token")
-    output = _rollout_batch(trainer)
-    mask = loss_mask(output)
-    metrics = trainer._metrics["train"]
-    # the HF engine samples from the trained model itself: its log-probs are the trainer's, up to float32 noise
-    assert metrics["rollout/logprob_diff_mean"][-1] < 1e-4 and metrics["rollout/logprob_diff_max"][-1] < 1e-3
-    weights = output["rollout_is_weights"]
-    torch.testing.assert_close(weights[mask == 1], torch.ones_like(weights[mask == 1]), atol=1e-3, rtol=0)
-    assert torch.all(weights[mask == 0] == 0)
-
-    # An engine 3x less likely than the trainer on every sampled token: ratio 3, truncated at the threshold 2.
-    output["sampling_per_token_logps"] = output["old_per_token_logps"] - torch.log(torch.tensor(3.0))
-    trainer._correct_rollout_gap(output)
-    assert metrics["rollout/logprob_diff_mean"][-1] == pytest.approx(float(torch.log(torch.tensor(3.0))), rel=1e-5)
-    assert metrics["rollout_corr/rollout_is_clipped_frac"][-1] == pytest.approx(1.0)
-    torch.testing.assert_close(output["rollout_is_weights"], 2.0 * mask.float())
+def _step_losses(trainer) -> list[tuple[Tensor, list[Tensor]]]:
+    """The loss and the gradients of each buffered micro-batch of the rollout step, in the training loop's order."""
     losses = []
-    for weighted in (False, True):
-        inputs = dict(output) if weighted else {k: v for k, v in output.items() if k != "rollout_is_weights"}
+    for index, inputs in enumerate(trainer._buffered_inputs):
+        trainer._step = index  # TRL's micro-batch counter, which the training loop advances
         trainer.model.zero_grad()
         loss = trainer._compute_loss(trainer.model, inputs)
         loss.backward()
         losses.append((loss.detach(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]))
-    (plain, plain_grads), (weighted, weighted_grads) = losses
-    assert max(g.abs().max() for g in plain_grads) > 1e-4  # (the on-policy loss itself is ~0: advantages sum to 0)
-    torch.testing.assert_close(weighted, 2 * plain, rtol=1e-5, atol=1e-7)
-    for ours, theirs in zip(weighted_grads, plain_grads, strict=True):
-        torch.testing.assert_close(ours, 2 * theirs, rtol=1e-4, atol=1e-7)
+    return losses
+
+
+def test_rollout_correction_weights_the_loss_by_the_truncated_engine_trainer_ratio(warm_policy, tmp_path):
+    """One optimiser step per rollout batch: the trainer's log-probs are the loss's own forward (no extra pass)."""
+    trainer = _trainer(
+        warm_policy,
+        tmp_path,
+        "algorithm.rollout_correction.rollout_is=token",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",  # two micro-batches
+    )
+    _rollout_batch(trainer)
+    micro_batches = trainer._buffered_inputs
+    assert len(micro_batches) > 1 and all("old_per_token_logps" not in b for b in micro_batches)
+    metrics = trainer._metrics["train"]
+    assert "rollout/logprob_diff_mean" not in metrics  # measured by the losses, after the last micro-batch
+    plain = _step_losses(trainer)
+    # the HF engine samples from the trained model itself: its log-probs are the trainer's, up to float32 noise
+    assert metrics["rollout/logprob_diff_mean"] and metrics["rollout/logprob_diff_mean"][-1] < 1e-4
+    assert metrics["rollout/logprob_diff_max"][-1] < 1e-3
+    assert metrics["rollout_corr/rollout_is_mean"][-1] == pytest.approx(1.0, abs=1e-3)
+    assert len(metrics["rollout/logprob_diff_mean"]) == 1  # once per rollout batch, not per micro-batch
+
+    # An engine 3x less likely than the trainer on every sampled token: ratio 3, truncated at the threshold 2.
+    for inputs in micro_batches:
+        inputs["sampling_per_token_logps"] = trainer._policy_logps(inputs) - torch.log(torch.tensor(3.0))
+    trainer._gap_chunks = []  # the rollout step's measurement, again
+    weighted = _step_losses(trainer)
+    assert metrics["rollout/logprob_diff_mean"][-1] == pytest.approx(float(torch.log(torch.tensor(3.0))), rel=1e-5)
+    assert metrics["rollout_corr/rollout_is_clipped_frac"][-1] == pytest.approx(1.0)
+    assert metrics["rollout_corr/rollout_is_raw_min"][-1] == pytest.approx(3.0, rel=1e-4)
+    assert metrics["rollout_corr/rollout_is_mean"][-1] == pytest.approx(2.0)
+    for (plain_loss, plain_grads), (weighted_loss, weighted_grads) in zip(plain, weighted, strict=True):
+        assert max(g.abs().max() for g in plain_grads) > 1e-4  # (the on-policy loss itself is ~0)
+        torch.testing.assert_close(weighted_loss, 2 * plain_loss, rtol=1e-5, atol=1e-7)
+        for ours, theirs in zip(weighted_grads, plain_grads, strict=True):
+            torch.testing.assert_close(ours, 2 * theirs, rtol=1e-4, atol=1e-7)
+    _shut_down(trainer)
+
+
+def test_rollout_correction_with_several_optimiser_steps_per_batch_uses_the_rollout_time_policy(warm_policy, tmp_path):
+    """Two optimiser steps per rollout batch: π_train is the policy before the first update, computed once at
+    rollout time, and the weights go with the batch."""
+    trainer = _trainer(
+        warm_policy,
+        tmp_path,
+        "algorithm.rollout_correction.rollout_is=sequence",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    )
+    output = trainer._generate_and_score_completions(_generation_batch(trainer))
+    mask = loss_mask(output)
+    metrics = trainer._metrics["train"]
+    assert metrics["rollout/logprob_diff_mean"][-1] < 1e-4 and metrics["rollout/logprob_diff_max"][-1] < 1e-3
+    weights = output["rollout_is_weights"]
+    torch.testing.assert_close(weights[mask == 1], torch.ones_like(weights[mask == 1]), atol=1e-3, rtol=0)
+    assert torch.all(weights[mask == 0] == 0) and trainer._gap_chunks is None
     _shut_down(trainer)

@@ -50,7 +50,8 @@ def test_the_batch_dict_carries_the_keys_we_read_and_replace():
 
 def test_old_and_reference_logps_are_computed_when_we_expect():
     source = _source(GRPOTrainer._generate_and_score_completions)
-    # old log-probs only when a generation batch feeds more than one optimiser step (we compute them otherwise)
+    # old log-probs only when a generation batch feeds more than one optimiser step (otherwise we compute them,
+    # or take them from the loss's forward)
     assert "if self.args.gradient_accumulation_steps % generate_every != 0 or (" in source
     # reference log-probs iff beta != 0, which is how trl_args switches the reference model on
     assert "if self.beta != 0.0:\n                if self.ref_model is not None:" in source
