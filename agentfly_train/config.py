@@ -314,8 +314,8 @@ class RolloutConfig:
         server_timeout: ``mode=server``: seconds to wait for one request.
         enable_prefix_caching: vLLM reuses the KV cache of shared prefixes (a prompt across its chains, earlier
             turns across an episode).
-        free_cache_engine: vLLM sleep mode (free the KV cache while the trainer updates); CUDA only, so ignored
-            on CPU; off until tested on GPUs.
+        free_cache_engine: verl's vLLM sleep mode (free the KV cache while the trainer updates); accepted and
+            ignored (a run says so): sleep mode runs on CUDA only, so it is not wired in until tested on GPUs.
         dtype: vLLM's weights: ``auto`` (the policy's training precision: float32, or bfloat16 with
             ``model.dtype`` resolving to it), ``float32``, ``bfloat16``, ``float16``.
         max_model_len: vLLM's longest prompt + completion, tokens (``null``: the model's own limit).
@@ -330,8 +330,9 @@ class RolloutConfig:
         async_episodes: Each episode at its own pace: its next turn goes to the engine as soon as its env step
             returns, and the engine batches whatever is pending (``null``: on with vLLM; the HF backend is turn by
             turn only).
-        log_prob_micro_batch_size_per_gpu: Sequences per forward pass when log-probabilities are recomputed
-            (old policy, reference); ``null``: ``actor.ppo_micro_batch_size_per_gpu``.
+        log_prob_micro_batch_size_per_gpu: verl's sequences per forward pass when log-probabilities are
+            recomputed; accepted and ignored (a run says so): TRL recomputes them in chunks of
+            ``actor.ppo_micro_batch_size_per_gpu``.
     """
 
     name: str = "hf"
@@ -624,6 +625,23 @@ def resolve_config_file(path: str | Path) -> Path:
         return preset
     presets = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
     raise ConfigError(f"config file {str(path)!r} does not exist (packaged presets: {presets})")
+
+
+def ignored_settings(config: TrainConfig) -> list[str]:
+    """One line per key this run sets that is accepted (verl's commands use it) but has no effect here."""
+    rollout = config.actor_rollout_ref.rollout
+    notes = []
+    if rollout.free_cache_engine:
+        notes.append(
+            "actor_rollout_ref.rollout.free_cache_engine=true is ignored: vLLM's sleep mode is not wired in "
+            "(it runs on CUDA only and is untested here); the engine keeps its KV cache during updates"
+        )
+    if rollout.log_prob_micro_batch_size_per_gpu is not None:
+        notes.append(
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu is ignored: log-probabilities are "
+            "recomputed in chunks of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+        )
+    return notes
 
 
 def _clear_whole_mappings(config: Any, keys: Sequence[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -16,7 +17,7 @@ import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.errors import AgentflyError
 from agentfly_envs.runtime import EnvPool, LocalEnvPool, RayEnvPool, RemoteEnvError
 from agentfly_envs.runtime.remote import MAX_CONCURRENT_STEPS
-from agentfly_train.config import AGENT_TYPES, TINY_MODEL, ConfigError, TrainConfig
+from agentfly_train.config import AGENT_TYPES, TINY_MODEL, ConfigError, TrainConfig, ignored_settings
 from agentfly_train.data import env_task_rows, file_task_rows, trl_dataset
 from agentfly_train.generation import SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets
@@ -285,6 +286,9 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     device = training_device(config)
     world_size = PartialState(cpu=device == "cpu").num_processes
     _check_world(config, world_size, device)
+    if PartialState().is_main_process:
+        for note in ignored_settings(config):
+            print(f"note: {note}", file=sys.stderr)
     args = grpo_config(config, world_size, device)  # fails on bad sizes before any model is loaded
     checkpoint = resume_checkpoint(config)
     set_seed(config.trainer.seed)

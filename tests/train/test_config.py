@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from agentfly_train.config import QUICKSTART, TINY_MODEL, ConfigError, TrainConfig, config_keys, load_config
+from agentfly_train.config import (
+    QUICKSTART,
+    TINY_MODEL,
+    ConfigError,
+    TrainConfig,
+    config_keys,
+    ignored_settings,
+    load_config,
+)
 from agentfly_train.trl_args import batch_layout, critic_settings, grpo_config, rl_settings
 from tests.conftest import REPO_ROOT
 from tests.train.conftest import quickstart_config
@@ -247,6 +255,24 @@ def test_vllm_settings_are_checked_before_anything_loads():
         quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=remote"])
     with pytest.raises(ConfigError, match=r"rollout\.kv_cache_memory_bytes must be > 0, got -1"):
         quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.kv_cache_memory_bytes=-1"])
+
+
+def test_keys_accepted_without_effect_are_named_when_a_run_sets_them():
+    assert ignored_settings(load_config(config_files=[QUICKSTART])) == []
+    notes = ignored_settings(
+        load_config(
+            [
+                "actor_rollout_ref.rollout.free_cache_engine=true",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+            ],
+            config_files=[QUICKSTART],
+        )
+    )
+    assert [note.split(" is ignored")[0] for note in notes] == [
+        "actor_rollout_ref.rollout.free_cache_engine=true",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    ]
+    assert all("\n" not in note for note in notes)
 
 
 def test_rollout_correction_keys_take_verls_values():

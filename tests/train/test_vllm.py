@@ -227,6 +227,7 @@ def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora, f
         "data.val_size=4",
         "trainer.total_training_steps=2",
         "algorithm.rollout_correction.rollout_is=sequence",
+        "actor_rollout_ref.rollout.free_cache_engine=true",  # accepted, ignored, and said so once
         # the untrained policy fails every task (advantage 0): the entropy bonus makes each step move it
         "actor_rollout_ref.actor.entropy_coeff=0.01",
         "actor_rollout_ref.actor.optim.lr=1e-3",
@@ -236,6 +237,7 @@ def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora, f
     done = run_cli([*command, *overrides], timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("run directory:") == processes
+    assert done.stderr.count("note: actor_rollout_ref.rollout.free_cache_engine=true is ignored") == 1
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [1, 2]
     assert all(r["episode/sampled_tokens"] > 0 for r in records if "loss" in r)
