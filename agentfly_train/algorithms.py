@@ -866,8 +866,9 @@ def value_loss(
 # --- rollout correction -----------------------------------------------------------------------------------------
 
 ROLLOUT_IS_LEVELS = ("token", "sequence")
-ROLLOUT_IS_METRICS = ("rollout_is_mean", "rollout_is_raw_min", "rollout_is_raw_max", "rollout_is_clipped_frac")
 """``algorithm.rollout_correction.rollout_is`` values (verl's names); ``None`` turns the weights off."""
+ROLLOUT_IS_METRICS = ("rollout_is_mean", "rollout_is_raw_min", "rollout_is_raw_max", "rollout_is_clipped_frac")
+"""The metrics of :func:`rollout_is_weights`, in the order it returns them."""
 
 _LOG_RATIO_BOUND = 20.0
 

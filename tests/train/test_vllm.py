@@ -12,6 +12,7 @@ import torch
 
 from agentfly_train.generation import HFGenerationBackend, SamplingParams
 from agentfly_train.generation.vllm import vllm_available
+from tests.conftest import SMALL_VLLM_ENGINE
 
 pytestmark = [
     pytest.mark.slow,
@@ -219,8 +220,7 @@ def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora, f
     overrides = [
         "sft.enable=false",
         "actor_rollout_ref.rollout.name=vllm",
-        "actor_rollout_ref.rollout.kv_cache_memory_bytes=268435456",
-        "actor_rollout_ref.rollout.max_model_len=1024",
+        *SMALL_VLLM_ENGINE,
         "data.train_batch_size=2",
         "agent.num_chains=2",
         "agent.max_tokens_per_turn=16",
@@ -262,8 +262,8 @@ def test_the_quickstart_learns_on_vllm_as_on_hf(tmp_path):
     from tests.train.test_learning import LEARNING_MARGIN
 
     command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart",
-               "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.kv_cache_memory_bytes=268435456",
-               "actor_rollout_ref.rollout.max_model_len=1024", f"trainer.default_local_dir={tmp_path}"]  # fmt: skip
+               "actor_rollout_ref.rollout.name=vllm", *SMALL_VLLM_ENGINE,
+               f"trainer.default_local_dir={tmp_path}"]  # fmt: skip
     done = run_cli(command, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     history = [r for r in MetricsFile(tmp_path / "metrics.jsonl").read() if "reward/mean" in r]
