@@ -124,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "kernel": platform.release(),
         "isolation": {"namespaces": isolation.namespaces, "separate_user": isolation.separate_user},
         "threads": args.threads,
+        "load_average_1min": os.getloadavg()[0],  # other jobs on the machine stretch the figures
     }
 
     print(f"sandbox isolation: namespaces={isolation.namespaces}, own uid per session={isolation.separate_user}")

@@ -4,7 +4,8 @@ One :class:`Interpreter` lives in each session process. It runs each cell in one
 namespace, so variables and imports persist from call to call; with ``echo``, the value of a cell's
 last expression is printed, as in a notebook. A cell is stopped at its wall-clock deadline
 (``SIGALRM``) or CPU budget (``SIGXCPU``) by an exception that ordinary ``except Exception`` does not
-catch, so the session and its state survive; code that stops anyway is killed by the pool.
+catch, so the session and its state survive; code that does not stop (it can ignore both signals and
+raise its own soft CPU limit) is killed by the pool, which watches the wall clock and the CPU time.
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 Runs inside the sandbox's worker processes (standard library only). With namespace isolation the
 guard process calls :func:`enter_namespaces` and the session process, pid 1 of the new namespaces
-and still privileged there, calls :func:`isolate_filesystem`; every session then applies
+and still privileged there, calls :func:`build_root`; every session then applies
 :func:`apply_limits` and :func:`drop_privileges` before it runs any code.
 
-When the pool runs as root, each session runs as its own unprivileged uid (``SANDBOX_UID_BASE`` +
-slot), so ``RLIMIT_NPROC`` counts that session's processes only; as another user, the session's
-processes are counted in their own user namespace.
+When the pool runs as root, each session runs as its own unprivileged uid (:func:`session_uid`), so
+``RLIMIT_NPROC`` counts that session's processes only; as another user, the session's processes are
+counted in their own user namespace.
 """
 
 from __future__ import annotations
@@ -20,9 +20,17 @@ from agentfly_envs.sandbox import linux
 from agentfly_envs.sandbox.limits import SandboxLimits
 
 SANDBOX_UID_BASE = 1_500_000_000
-"""Sessions of a pool running as root get uid/gid ``SANDBOX_UID_BASE + slot`` (no passwd entry needed)."""
+"""Sessions of a pool running as root get uid/gid ``SANDBOX_UID_BASE + pid of their guard`` (no passwd entry
+needed): unique among live sessions of every pool on the machine, so that killing what is left of one
+session never touches another's processes."""
 
 _NAMESPACES = linux.CLONE_NEWNS | linux.CLONE_NEWPID | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS
+
+
+def session_uid(guard_pid: int) -> int:
+    """The uid (and gid) of the session whose guard is ``guard_pid``, for a pool run as root (pids stay
+    below 2**22, so the uid stays below 2**32 - 1)."""
+    return SANDBOX_UID_BASE + guard_pid
 
 
 def enter_namespaces() -> None:
@@ -41,65 +49,101 @@ def enter_namespaces() -> None:
             file.write(content)
 
 
-def isolate_filesystem(workdir: str, disk_bytes: int, sandbox_uid: int | None) -> None:
-    """Gives the session a file system of its own (call as pid 1 of new namespaces, before dropping privileges).
+WORKDIR = "/home/sandbox"
+"""The session's working directory inside its own root (with namespace isolation)."""
+SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache")
+"""Shared libraries the interpreter and its extension modules load (bound read-only where they exist)."""
+DEVICES = ("null", "zero", "full", "random", "urandom")
+"""Devices under ``/dev`` in the session's root."""
+REFUSED_SYSCALLS = ("memfd_create", "memfd_secret", "shmget", "unshare")
+"""System calls that would hold memory outside the session's limits (memory files, System V shared memory, a
+file system of its own in a new namespace); ``clone`` into new namespaces is refused too."""
 
-    Mounts stop propagating to the host; the interpreter's directories stay reachable for
-    ``sandbox_uid``; ``workdir`` becomes an empty in-memory file system of ``disk_bytes``; ``/proc``
-    shows only the session's processes; everything but ``workdir`` becomes read-only.
+
+def build_root(mountpoint: str, disk_bytes: int, sandbox_uid: int | None) -> None:
+    """Moves the calling process (pid 1 of new namespaces, still privileged) into a root of its own.
+
+    The root holds the interpreter's directories and system libraries (read-only bind mounts), a few
+    devices, a private ``/proc``, a synthetic ``/etc/passwd`` and three writable directories on one
+    in-memory file system of ``disk_bytes`` in all: :data:`WORKDIR`, ``/tmp`` and ``/dev/shm``.
+    Nothing else of the host shows: no project, data or home directories, no host sockets.
+
+    Args:
+        mountpoint: An empty host directory to build the root on (mounts stay in this mount namespace).
+        disk_bytes: Size of the writable file system, in bytes.
+        sandbox_uid: The session's uid and gid (pool run as root), or ``None`` (it is root of its own
+            user namespace).
     """
+    uid = 0 if sandbox_uid is None else sandbox_uid
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
-    if sandbox_uid is not None:
-        _expose_python(sandbox_uid)
-    owner = f",uid={sandbox_uid},gid={sandbox_uid}" if sandbox_uid is not None else ""
-    linux.mount("tmpfs", workdir, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"size={disk_bytes},mode=0700{owner}")
-    linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+    linux.mount("tmpfs", mountpoint, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+    root = mountpoint.rstrip("/")
+    scratch = f"{root}/.scratch"
+    os.mkdir(scratch)
+    linux.mount("tmpfs", scratch, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"size={disk_bytes},nr_inodes=16384")
+    for name, target, mode in (("work", WORKDIR, 0o700), ("tmp", "/tmp", 0o1777), ("shm", "/dev/shm", 0o1777)):
+        os.mkdir(f"{scratch}/{name}", mode)
+        os.chmod(f"{scratch}/{name}", mode)  # past the umask
+        os.chown(f"{scratch}/{name}", uid, uid)
+        _bind(f"{scratch}/{name}", root + target, file=False)
+    for path in _runtime_paths():  # after /tmp: an interpreter under /tmp stays visible
+        _bind(path, root + path, file=os.path.isfile(path))
+    for top in ("/bin", "/lib", "/lib64", "/sbin"):  # merged /usr: keep the loader's /lib64 -> usr/lib64 paths
+        if os.path.islink(top) and not os.path.lexists(root + top):
+            os.symlink(os.readlink(top), root + top)
+    for device in DEVICES:
+        _bind(f"/dev/{device}", f"{root}/dev/{device}", file=True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "fd/0"), ("stdout", "fd/1"), ("stderr", "fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    os.makedirs(f"{root}/etc", exist_ok=True)
+    _write(f"{root}/etc/passwd", f"root:x:0:0:root:/root:/bin/false\nsandbox:x:{uid}:{uid}::{WORKDIR}:/bin/false\n")
+    _write(f"{root}/etc/group", f"root:x:0:\nsandbox:x:{uid}:\n")
+    _write(f"{root}/etc/hosts", "127.0.0.1 localhost\n")
+    os.makedirs(f"{root}/proc")
+    linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+    linux.umount2(scratch, linux.MNT_DETACH)  # its directories stay mounted where they were bound
+    os.rmdir(scratch)
+    os.chdir(root)
+    linux.pivot_root(".", ".")  # the old root ends up stacked on the new one: detach it
+    linux.umount2(".", linux.MNT_DETACH)
+    os.chdir("/")
     linux.set_read_only("/", True, recursive=True)
-    linux.set_read_only(workdir, False, recursive=False)
+    for writable in (WORKDIR, "/tmp", "/dev/shm", *(f"/dev/{device}" for device in DEVICES)):
+        linux.set_read_only(writable, False, recursive=False)
 
 
-def _expose_python(sandbox_uid: int) -> None:
-    """Keeps the interpreter importable for ``sandbox_uid`` when it lives under a directory other users
-    cannot enter (e.g. ``/root/.pyenv``): that directory is covered with an empty file system in which only
-    the interpreter's own directories are bound back (so the rest of it, e.g. ``/root``, stays hidden)."""
-    hidden = _python_dirs_closed_to_others()
-    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in hidden}
-    for top in sorted({_topmost_closed_ancestor(path) for path in hidden}):
-        linux.mount("tmpfs", top, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=1m,mode=0755")
-    for path, handle in handles.items():
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        linux.mount(f"/proc/self/fd/{handle}", path, None, linux.MS_BIND | linux.MS_REC)
-        os.close(handle)
-
-
-def _python_dirs_closed_to_others() -> list[str]:
-    """The interpreter's prefixes and import directories that users other than their owner cannot reach."""
-    candidates = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path)
-    paths = set()
-    for path in filter(None, candidates):
-        real = os.path.realpath(path)
-        real = real if os.path.isdir(real) else os.path.dirname(real)
-        if os.path.isdir(real) and _topmost_closed_ancestor(real) is not None:
-            paths.add(real)
-    outermost = []
+def _runtime_paths() -> list[str]:
+    """The directories the interpreter lives in (its prefixes, which hold the standard library and
+    site-packages) and the system's shared libraries, outermost first; none inside another."""
+    prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+    paths = {os.path.realpath(path) for path in (*prefixes, *SYSTEM_LIBRARIES) if os.path.exists(path)}
+    if "/" in paths:
+        raise OSError(f"the interpreter's prefix is /; the sandbox cannot show it without the whole host: {prefixes}")
+    outermost: list[str] = []
     for path in sorted(paths):  # a parent sorts before its children
         if not any(path.startswith(kept + os.sep) for kept in outermost):
             outermost.append(path)
     return outermost
 
 
-def _topmost_closed_ancestor(path: str) -> str | None:
-    """The highest strict ancestor of ``path`` that others may not enter (no ``o+x``), or ``None``."""
-    parts = path.strip(os.sep).split(os.sep)
-    for depth in range(1, len(parts)):
-        ancestor = os.sep + os.path.join(*parts[:depth])
-        if not os.stat(ancestor).st_mode & 0o001:
-            return ancestor
-    return None
+def _bind(source: str, target: str, file: bool) -> None:
+    """Bind-mounts ``source`` (and every mount below it) at ``target``, creating the mount point."""
+    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+    if file:
+        open(target, "a").close()
+    else:
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    linux.mount(source, target, None, linux.MS_BIND | linux.MS_REC)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as file:
+        file.write(text)
 
 
 def apply_limits(limits: SandboxLimits) -> None:
-    """Sets the per-process resource limits (hard = soft, except CPU time, which each call sets itself)."""
+    """Sets the per-process resource limits, hard (soft = hard: the code cannot raise them). CPU time is set
+    for each call (see :mod:`.interpreter`; the pool sets its hard limit where it may)."""
     for kind, value in (
         (resource.RLIMIT_AS, limits.memory_bytes),
         (resource.RLIMIT_NPROC, limits.processes),
@@ -107,12 +151,15 @@ def apply_limits(limits: SandboxLimits) -> None:
         (resource.RLIMIT_NOFILE, limits.open_files),
         (resource.RLIMIT_CORE, 0),
     ):
+        _, hard = resource.getrlimit(kind)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)  # only lower: a hard limit is final
         resource.setrlimit(kind, (value, value))
 
 
 def drop_privileges(sandbox_uid: int | None, in_user_namespace: bool) -> None:
     """Makes the session unprivileged for good: its own uid (pool run as root), or no capabilities left in
-    its user namespace; and no privilege gain through set-uid programs (``PR_SET_NO_NEW_PRIVS``)."""
+    its user namespace; no privilege gain through set-uid programs (``PR_SET_NO_NEW_PRIVS``); and the
+    :data:`REFUSED_SYSCALLS` and ``clone`` into new namespaces fail with ``EPERM``."""
     if sandbox_uid is not None:
         os.setgroups([])
         os.setresgid(sandbox_uid, sandbox_uid, sandbox_uid)
@@ -120,3 +167,4 @@ def drop_privileges(sandbox_uid: int | None, in_user_namespace: bool) -> None:
     elif in_user_namespace:
         linux.drop_capabilities()
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+    linux.refuse_syscalls(REFUSED_SYSCALLS, namespaces=True)

@@ -19,12 +19,14 @@ class SandboxLimits:
     """Wall-clock time one call may run, in seconds; then it is interrupted (state kept) or, if it does
     not stop, its interpreter is killed and replaced (state lost)."""
     cpu_s: int = 10
-    """CPU time one call may use, in seconds (a soft ``RLIMIT_CPU``; the wall-clock limit is the backstop)."""
+    """CPU time one call may use, in seconds: then the code gets an exception (``RLIMIT_CPU``), and the pool kills
+    its interpreter (state lost) if it is still running 1 s of CPU time later, whatever the code did to its limit."""
     output_bytes: int = 65_536
     """Longest output (stdout and stderr together) returned, in bytes; longer output is cut in the middle."""
     # --- per process of the sandbox ---
     memory_bytes: int = 1 << 30
-    """Address space of each process, in bytes (``RLIMIT_AS``)."""
+    """Address space of each process, in bytes (``RLIMIT_AS``); memory files (``memfd_create``) and System V
+    shared memory, which would hold memory outside it, are refused."""
     processes: int = 16
     """Processes and threads the sandbox's user may have at once (``RLIMIT_NPROC``): no fork bombs."""
     file_bytes: int = 16 << 20
@@ -34,7 +36,8 @@ class SandboxLimits:
     """Open file descriptors per process (``RLIMIT_NOFILE``)."""
     # --- per session (one episode) ---
     disk_bytes: int = 64 << 20
-    """Size of the work directory, in bytes (an in-memory file system; only with namespace isolation)."""
+    """Size of the in-memory file system that holds the work directory, ``/tmp`` and ``/dev/shm`` together,
+    in bytes (only with namespace isolation)."""
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "cpu_s", "output_bytes", "memory_bytes", "processes", "file_bytes", "open_files"):

@@ -21,11 +21,14 @@ import collections
 import contextlib
 import dataclasses
 import enum
+import errno
 import fcntl
 import json
 import logging
 import os
+import resource
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -105,6 +108,8 @@ class Execution:
         truncated: Part of the output was cut.
         invalid_utf8: The output held bytes that are not UTF-8.
         seconds: Wall-clock time of the call.
+        restart_reason: Why the interpreter was replaced after a call that itself ended normally
+            (e.g. a thread it started was still running), else "".
     """
 
     output: str
@@ -114,6 +119,7 @@ class Execution:
     truncated: bool
     invalid_utf8: bool
     seconds: float
+    restart_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,10 +127,11 @@ class Isolation:
     """What walls off the code in a pool's sessions (beyond the resource limits, which always apply).
 
     Attributes:
-        namespaces: Own pid, network, mount, IPC and UTS namespaces: no network, no other processes
-            in sight, a read-only file system except an in-memory work directory, a private ``/proc``.
+        namespaces: Own pid, network, mount, IPC and UTS namespaces and a root of its own: no network,
+            no host sockets, no other processes in sight, nothing of the host's file system but the
+            interpreter and its libraries (read-only), an in-memory work dir, ``/tmp`` and ``/dev/shm``.
         separate_user: Each session runs as its own unprivileged uid (the pool runs as root).
-        note: Why namespaces are off, when they are.
+        note: Why namespaces are off, when they are (only with ``isolation="none"``).
     """
 
     namespaces: bool
@@ -136,16 +143,27 @@ class _Gone(Exception):
     """A session's interpreter was gone before a call could start in it (the code did not run)."""
 
 
+_WARNED_UNISOLATED = False  # isolation="none" warns once per process
+THREAD_GRACE_S = 0.05
+"""How long threads a call started (and joined) may take to exit after it ends, in seconds."""
+_TOO_MANY_FILES = (errno.EMFILE, errno.ENFILE)
+CPU_CHECK_S = 0.1
+"""How often the pool checks the CPU time of a running call, in seconds."""
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
 _ANSWERS = ("ok", "error", "exit", "timeout", "cpu")
 """The statuses a live session reports; anything else means its interpreter is gone."""
 
 
 class _Process:
-    """The pool's handles on one session: its socket, its output file and a pidfd of its guard."""
+    """The pool's handles on one session: its socket, its output file, a pidfd of its guard and, once it is
+    ready, the session's pid (a child of the guard, so it stays the session's while the guard lives)."""
 
     def __init__(self, sock: socket.socket, output_fd: int, pidfd: int) -> None:
-        self.sock, self.output_fd = sock, output_fd
+        self.sock, self.output_fd, self.pidfd = sock, output_fd, pidfd
         self.ready = False
+        self.pid = 0
         self.calls = 0
         self._release = weakref.finalize(self, _kill_and_close, sock, output_fd, pidfd)
 
@@ -169,11 +187,15 @@ class SandboxPool:
         limits: Resource limits of every session (see :class:`SandboxLimits`).
         workers: Most calls running at once (default: the CPUs this process may use).
         spares: Sessions kept forked ahead of need (default: ``workers``).
-        isolation: ``"auto"`` (namespaces where the kernel allows them, else resource limits only,
-            with a warning), ``"namespaces"`` (raise :class:`SandboxUnavailableError` without them)
-            or ``"none"`` (resource limits only).
+        isolation: ``"auto"`` or ``"namespaces"`` (namespaces and a root of its own for each session;
+            the first call raises :class:`SandboxUnavailableError` where the kernel does not allow them)
+            or ``"none"`` (resource limits only, with a warning once per process).
         preload: Extra modules the fork server imports once (e.g. ``("numpy",)``), so sessions start with them.
         python: The interpreter for the sandbox (default: this one); it needs only the standard library.
+        max_sessions: Most sessions alive at once (each holds 3 file descriptors in this process and an
+            interpreter); one more raises :class:`SandboxError`.
+
+    Creating a pool raises this process's soft limit of open files to its hard limit.
     """
 
     def __init__(
@@ -185,14 +207,21 @@ class SandboxPool:
         isolation: str = "auto",
         preload: tuple[str, ...] = (),
         python: str | None = None,
+        max_sessions: int = 1024,
     ) -> None:
         if isolation not in ("auto", "namespaces", "none"):
             raise ValueError(f"isolation must be 'auto', 'namespaces' or 'none', got {isolation!r}")
         self.limits = limits or SandboxLimits()
         self.workers = len(os.sched_getaffinity(0)) if workers is None else workers
         self.spares = self.workers if spares is None else spares
-        if self.workers < 1 or self.spares < 0:
-            raise ValueError(f"workers must be >= 1 and spares >= 0, got {self.workers} and {self.spares}")
+        self.max_sessions = max_sessions
+        if self.workers < 1 or self.spares < 0 or max_sessions < 1:
+            raise ValueError(
+                f"workers and max_sessions must be >= 1 and spares >= 0, got {self.workers}, {max_sessions} and "
+                f"{self.spares}"
+            )
+        _, most_files = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (most_files, most_files))
         self._config = {"isolation": isolation, "preload": list(preload)}
         self._python = python or sys.executable
         self._lock = threading.Lock()
@@ -202,6 +231,8 @@ class SandboxPool:
         self._control: socket.socket | None = None
         self._isolation: Isolation | None = None
         self._pending: collections.deque[tuple[socket.socket, int]] = collections.deque()
+        self._live: weakref.WeakSet[_Process] = weakref.WeakSet()  # handed to sessions and not yet killed
+        self._retired: list[tuple[subprocess.Popen, str]] = []  # replaced fork servers and their directories
         self._owner_pid = os.getpid()
         self.closed = False
         _POOLS.add(self)
@@ -230,7 +261,12 @@ class SandboxPool:
         """Stops the fork server, which kills every session of this pool. The pool cannot be used afterwards."""
         with self._lock:
             self.closed = True
-            self._stop_server()
+            self._stop_server(retire=False)
+            for server, root in self._retired:  # their sessions die with them (a guard's death signal)
+                server.kill()
+                server.wait()
+                shutil.rmtree(root, onerror=_warn_not_removed)
+            self._retired.clear()
 
     def __enter__(self) -> SandboxPool:
         return self
@@ -246,28 +282,55 @@ class SandboxPool:
     # --------------------------------------------------------------------------------------------
 
     def _take(self) -> _Process:
-        """A forked session, from the spares when there is one; tops the spares up."""
+        """A forked session, from the spares when there is one; tops the spares up.
+
+        Raises:
+            SandboxError: ``max_sessions`` are alive, this process is out of file descriptors, or the fork
+                server failed twice in a row.
+        """
         with self._lock:
-            try:
-                return self._take_locked()
-            except (protocol.ProtocolError, OSError) as e:  # the fork server died or hung: start another
-                logger.warning("sandbox fork server failed (%s: %s); starting a new one", type(e).__name__, e)
-                self._stop_server()
-            try:
-                return self._take_locked()
-            except (protocol.ProtocolError, OSError) as e:
-                self._stop_server()
-                raise SandboxError(f"the sandbox's fork server failed twice in a row: {e}") from e
+            if len(self._live) >= self.max_sessions:
+                raise SandboxError(
+                    f"this sandbox pool already has {len(self._live)} live sessions (max_sessions="
+                    f"{self.max_sessions}); close sessions when their episode ends (session.close(), or the "
+                    "tool's end_episode()) or pass a larger SandboxPool(max_sessions=...)"
+                )
+            for attempt in (1, 2):
+                try:
+                    process = self._take_locked()
+                    break
+                except OSError as e:
+                    if e.errno in _TOO_MANY_FILES:  # this process's limit, not a failed fork server
+                        raise SandboxError(_out_of_files(e)) from e
+                    failure = e
+                except protocol.ProtocolError as e:
+                    failure = e
+                if attempt == 2:
+                    self._stop_server(retire=True)
+                    raise SandboxError(f"the sandbox's fork server failed twice in a row: {failure}") from failure
+                logger.warning(
+                    "sandbox fork server failed (%s: %s); starting a new one (live sessions keep running)",
+                    type(failure).__name__,
+                    failure,
+                )
+                self._stop_server(retire=True)
+            self._live.add(process)
+            return process
 
     def _take_locked(self) -> _Process:
         if self._server is not None and self._server.poll() is not None:  # its spares died with it
-            self._stop_server()
+            self._stop_server(retire=False)
         self._ensure_server()
         if not self._pending:
             self._request_spawn()
         process = self._receive_spawn()
-        while len(self._pending) < self.spares:
-            self._request_spawn()
+        try:
+            while len(self._pending) < self.spares:
+                self._request_spawn()
+        except OSError as e:
+            if e.errno not in _TOO_MANY_FILES:
+                raise
+            # Out of descriptors for a spare: the session in hand still serves; the next take says so.
         return process
 
     def _request_spawn(self) -> None:
@@ -312,8 +375,8 @@ class SandboxPool:
         start = time.monotonic()
         if not process.ready:
             self._wait_ready(process)
-        os.ftruncate(process.output_fd, 0)
-        # A random id: code in the session can forge the reply to its own call, never to a later one.
+        # A random id, and nothing of a call outlives it (no process, no thread: see _threads_left), so no
+        # code can answer for a later call; code can still forge the reply to its own call.
         request = {"op": "run", "id": secrets.token_hex(8), "code": code, "echo": echo}
         request.update(timeout_s=timeout_s, cpu_s=self.limits.cpu_s)
         with self._slots:
@@ -322,25 +385,46 @@ class SandboxPool:
             except OSError as e:
                 raise _Gone(f"the interpreter had died ({e})") from None
             process.calls += 1
-            status, detail = self._await_reply(process, request["id"], time.monotonic() + timeout_s + GRACE_S)
-        return self._outcome(process, status, detail, timeout_s, time.monotonic() - start)
+            cpu_budget = _cpu_seconds(process) + self.limits.cpu_s + GRACE_S
+            status, detail = self._await_reply(
+                process, request["id"], time.monotonic() + timeout_s + GRACE_S, cpu_budget
+            )
+        threads = _threads_left(process) if status in _ANSWERS else 0
+        execution = self._outcome(process, status, detail, timeout_s, time.monotonic() - start)
+        if threads:
+            reason = f"{threads} thread{'s' * (threads > 1)} the code started still ran at the end of the call"
+            execution = dataclasses.replace(execution, restarted=True, restart_reason=reason)
+        return execution
 
     @staticmethod
     def _wait_ready(process: _Process) -> None:
-        try:
-            message = protocol.receive(process.sock, time.monotonic() + STARTUP_TIMEOUT_S)
-        except (protocol.ProtocolError, TimeoutError) as e:
-            raise _Gone(f"the session did not start: {e}") from None
-        if not message.get("ready"):
-            raise SandboxError(f"a sandbox session failed to start: {message.get('error', message)}")
-        process.ready = True
+        """Reads the guard's message (the session's pid) and the session's ``ready`` (or why it failed)."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not process.ready:
+            try:
+                message = protocol.receive(process.sock, deadline)
+            except (protocol.ProtocolError, TimeoutError) as e:
+                raise _Gone(f"the session did not start: {e}") from None
+            if "pid" in message:
+                process.pid = int(message["pid"])
+            elif message.get("ready") and process.pid:
+                process.ready = True
+            else:
+                raise SandboxError(f"a sandbox session failed to start: {message.get('error', message)}")
 
     @staticmethod
-    def _await_reply(process: _Process, request_id: str, deadline: float) -> tuple[str, str]:
+    def _await_reply(process: _Process, request_id: str, deadline: float, cpu_budget: float) -> tuple[str, str]:
         """Waits for the reply to the request ``request_id``: ``(status, detail)`` as the session reports it,
-        or ``("killed" | "crashed", ...)`` when it does not answer in time or dies."""
+        or ``("killed" | "crashed", ...)`` when it does not answer in time (``deadline``, ``time.monotonic()``),
+        uses more CPU time than ``cpu_budget`` seconds in all (checked every :data:`CPU_CHECK_S`; the code
+        may raise its own CPU limit, never this one) or dies."""
         try:
             while True:
+                wait = min(deadline - time.monotonic(), CPU_CHECK_S)
+                if wait > 0 and not select.select([process.sock], [], [], wait)[0]:
+                    if _cpu_seconds(process) > cpu_budget:
+                        return "cpu_killed", "it used up its CPU time and did not stop"
+                    continue
                 reply = protocol.receive(process.sock, deadline)
                 if reply.get("id") == request_id:  # other replies (forged by the code) are skipped
                     return str(reply.get("status")), str(reply.get("detail", ""))
@@ -351,12 +435,14 @@ class SandboxPool:
 
     def _outcome(self, process: _Process, reply: str, detail: str, timeout_s: float, seconds: float) -> Execution:
         output, truncated, invalid_utf8, size = read_output(process.output_fd, self.limits.output_bytes)
+        os.ftruncate(process.output_fd, 0)  # hold no output memory between calls
         status = {
             "ok": ExecStatus.OK,
             "error": ExecStatus.ERROR,
             "timeout": ExecStatus.TIMEOUT,
             "killed": ExecStatus.TIMEOUT,
             "cpu": ExecStatus.CPU_LIMIT,
+            "cpu_killed": ExecStatus.CPU_LIMIT,
         }.get(reply, ExecStatus.CRASHED)
         if reply == "exit":
             status = ExecStatus.OK if detail == "0" else ExecStatus.EXIT
@@ -400,37 +486,53 @@ class SandboxPool:
         try:
             hello, _ = protocol.receive_control(ours)
         except (protocol.ProtocolError, OSError) as e:
-            self._stop_server()
+            self._stop_server(retire=False)
             raise SandboxError(f"the sandbox's fork server did not start ({self._python}): {e}") from e
         self._isolation = Isolation(bool(hello["namespaces"]), os.geteuid() == 0, str(hello["note"]))
         self._server_root = str(hello["root"])
-        if not self._isolation.namespaces:
-            if self._config["isolation"] == "namespaces":
-                self._stop_server()
-                raise SandboxUnavailableError(f"namespace isolation is not available here: {hello['note']}")
-            if self._config["isolation"] == "auto":
-                logger.warning(
-                    "sandbox: no namespace isolation (%s); sandboxed code runs with resource limits only: it can "
-                    "use the network and see the file system (see the README's sandbox section). Pass "
-                    "isolation='none' to silence this or 'namespaces' to require isolation.",
-                    hello["note"],
-                )
+        if self._config["isolation"] != "none" and not self._isolation.namespaces:
+            self._stop_server(retire=False)
+            raise SandboxUnavailableError(
+                f"the sandbox cannot isolate sessions here ({hello['note']}), and isolation="
+                f"{self._config['isolation']!r} refuses to run code without it. Run as root or enable "
+                "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1), or pass "
+                "SandboxPool(isolation='none') to run with resource limits only (no file system or network isolation)"
+            )
+        global _WARNED_UNISOLATED
+        if self._config["isolation"] == "none" and not _WARNED_UNISOLATED:
+            _WARNED_UNISOLATED = True
+            logger.warning(
+                "sandbox: isolation='none': sandboxed code runs with resource limits only; it can use the network "
+                "and read and write what this user can (see the README's sandbox section)"
+            )
 
-    def _stop_server(self) -> None:
+    def _stop_server(self, retire: bool) -> None:
+        """Stops the fork server: it kills its sessions, or, to ``retire`` it, spawns no more and exits once
+        its live sessions have ended (a new one then serves the pool)."""
         while self._pending:
             ours, output_fd = self._pending.popleft()
             ours.close()
             os.close(output_fd)
-        if self._control is not None:
-            self._control.close()  # the fork server kills its sessions and exits
-            self._control = None
-        if self._server is not None:
+        for server, root in [(server, root) for server, root in self._retired if server.poll() is not None]:
+            self._retired.remove((server, root))
+            if os.path.exists(root):  # it died before it cleaned up
+                shutil.rmtree(root, onerror=_warn_not_removed)
+        if retire and self._server is not None and self._server.poll() is None:
+            self._retired.append((self._server, self._server_root))
+            self._server, self._server_root = None, ""
+        if self._control is not None and self._server is not None:
+            with contextlib.suppress(OSError):
+                protocol.send_control(self._control, {"op": "shutdown"})
+        if self._server is not None:  # wait before closing: unread replies would reset the connection
             try:
                 self._server.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._server.kill()
                 self._server.wait()
             self._server = None
+        if self._control is not None:
+            self._control.close()  # a retired fork server reads end of file
+            self._control = None
         if self._server_root and os.path.exists(self._server_root):  # the fork server died before it cleaned up
             shutil.rmtree(self._server_root, onerror=_warn_not_removed)
         self._server_root = ""
@@ -443,6 +545,7 @@ class SandboxPool:
             ours.close()
             os.close(output_fd)
         self._pending.clear()
+        self._retired, self._live = [], weakref.WeakSet()
         self._lock = threading.Lock()
         self._control, self._server = None, None
 
@@ -505,6 +608,40 @@ class SandboxSession:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _cpu_seconds(process: _Process) -> float:
+    """CPU time the session's interpreter (all its threads) has used, in seconds; 0 if it is gone."""
+    try:
+        with open(f"/proc/{process.pid}/stat", "rb") as file:
+            fields = file.read().rpartition(b")")[2].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime + stime
+
+
+def _threads_left(process: _Process) -> int:
+    """How many threads besides its main one the session has after a call (waiting up to
+    :data:`THREAD_GRACE_S` for threads that are just exiting). Read from the host's ``/proc``, not asked
+    of the session, whose code could lie."""
+    deadline = time.monotonic() + THREAD_GRACE_S
+    while True:
+        try:
+            threads = len(os.listdir(f"/proc/{process.pid}/task")) - 1
+        except FileNotFoundError:  # died after answering: the next call finds out
+            return 0
+        if threads == 0 or time.monotonic() > deadline:
+            return threads
+        time.sleep(0.001)
+
+
+def _out_of_files(error: OSError) -> str:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (
+        f"this process is out of file descriptors ({error.strerror}; RLIMIT_NOFILE soft={soft}, hard={hard}); "
+        "each live sandbox session holds 3: close sessions when their episode ends, or raise the hard limit "
+        "(ulimit -Hn, or LimitNOFILE= in a systemd unit) before starting the trainer"
+    )
 
 
 def _warn_not_removed(function: Any, path: str, excinfo: Any) -> None:

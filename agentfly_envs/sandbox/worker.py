@@ -12,15 +12,19 @@ For each ``spawn`` request (carrying the session's socket and output file) the f
 guard and answers with a pidfd of it, which the pool uses to kill the session. The guard enters new
 namespaces and forks the session, which isolates itself (see :mod:`.isolation`), says ``ready`` and
 serves run requests (see :mod:`.interpreter`). A session dies with its guard (``PR_SET_PDEATHSIG``),
-the guard with the fork server, and the fork server when the pool's socket closes.
+the guard with the fork server. The fork server kills its sessions and exits when the pool says
+``shutdown``; when the pool retires it (closes the socket), it spawns no more and exits once its last
+session has ended.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import json
 import os
+import resource
 import select
 import shutil
 import signal
@@ -42,12 +46,12 @@ PRELOAD = (
 """Modules the fork server imports once, so sessions start with them loaded."""
 
 
-def session_environment(workdir: str) -> dict[str, str]:
+def session_environment(workdir: str, tmpdir: str) -> dict[str, str]:
     """The environment variables the code sees: nothing of the host's."""
     return {
         "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
         "HOME": workdir,
-        "TMPDIR": workdir,
+        "TMPDIR": tmpdir,
         "LANG": "C.UTF-8",
         "PYTHONIOENCODING": "utf-8",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -62,10 +66,11 @@ class SessionSpec:
     """How to start one session.
 
     Attributes:
-        workdir: Its working directory (created by the fork server).
+        workdir: Its working directory (created by the fork server); with namespaces, the mount point of
+            its own root, in which it works in :data:`.isolation.WORKDIR`.
         limits: Its resource limits.
         namespaces: Whether to isolate it with namespaces.
-        sandbox_uid: Its own uid when the pool runs as root, else ``None``.
+        sandbox_uid: Its own uid when the pool runs as root (set by its guard), else ``None``.
     """
 
     workdir: str
@@ -82,14 +87,15 @@ class SessionSpec:
 def _session(sock_fd: int, output_fd: int, lifeline: int, spec: SessionSpec) -> None:
     """Isolates this process, says ``ready`` (or why not) and serves calls; never returns.
 
-    ``lifeline`` is the read end of a pipe whose write end only the guard holds: it reads as end of
-    file once the guard is gone.
+    ``lifeline`` is the read end of a pipe whose write end only the guard holds: the guard writes a
+    byte once it has told the pool the session's pid, and it reads as end of file once the guard is gone.
     """
     sock = socket.socket(fileno=sock_fd)
+    workdir, tmpdir = (isolation.WORKDIR, "/tmp") if spec.namespaces else (spec.workdir, spec.workdir)
     try:
         if spec.namespaces:
-            isolation.isolate_filesystem(spec.workdir, spec.limits.disk_bytes, spec.sandbox_uid)
-        os.chdir(spec.workdir)
+            isolation.build_root(spec.workdir, spec.limits.disk_bytes, spec.sandbox_uid)
+        os.chdir(workdir)
         null = os.open(os.devnull, os.O_RDONLY)
         for target, source in ((0, null), (1, output_fd), (2, output_fd)):
             os.dup2(source, target)
@@ -99,7 +105,7 @@ def _session(sock_fd: int, output_fd: int, lifeline: int, spec: SessionSpec) -> 
         isolation.drop_privileges(spec.sandbox_uid, in_user_namespace=spec.namespaces and spec.sandbox_uid is None)
         _die_with_guard(lifeline)
         os.environ.clear()
-        os.environ.update(session_environment(spec.workdir))
+        os.environ.update(session_environment(workdir, tmpdir))
         tempfile.tempdir = None
         sys.argv = [""]
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past RLIMIT_FSIZE fail instead of killing
@@ -117,11 +123,10 @@ def _session(sock_fd: int, output_fd: int, lifeline: int, spec: SessionSpec) -> 
 
 
 def _die_with_guard(lifeline: int) -> None:
-    """Asks for SIGKILL when the guard dies (set after the last change of uid, which would clear it), and
-    exits at once if the guard is already gone."""
+    """Asks for SIGKILL when the guard dies (set after the last change of uid, which would clear it), waits
+    until the guard has sent the session's pid, and exits at once if the guard is already gone."""
     linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
-    guard_gone, _, _ = select.select([lifeline], [], [], 0)
-    if guard_gone:
+    if not os.read(lifeline, 1):
         os._exit(1)
     os.close(lifeline)
 
@@ -139,6 +144,10 @@ def _guard(sock_fd: int, output_fd: int, spec: SessionSpec, server_pid: int) -> 
             os._exit(1)
         os.setsid()
         _close_fds_except(sock_fd, output_fd)
+        if os.geteuid() == 0:
+            uid = isolation.session_uid(os.getpid())
+            os.chown(spec.workdir, uid, uid)
+            spec = dataclasses.replace(spec, sandbox_uid=uid)
         try:
             if spec.namespaces:
                 isolation.enter_namespaces()
@@ -151,7 +160,10 @@ def _guard(sock_fd: int, output_fd: int, spec: SessionSpec, server_pid: int) -> 
         if pid == 0:
             os.close(alive)
             _session(sock_fd, output_fd, lifeline, spec)
-        for fd in (sock_fd, output_fd, lifeline):
+        with contextlib.suppress(OSError):  # the pool gave up on the session: it finds out by itself
+            protocol.send(socket.socket(fileno=sock_fd), {"pid": pid})  # host pid: for CPU time, threads
+        os.write(alive, b".")
+        for fd in (output_fd, lifeline):
             os.close(fd)
         os.waitpid(pid, 0)
     finally:
@@ -188,11 +200,12 @@ class ForkServer:
     control: socket.socket
     root: str
     namespaces: bool
-    _guards: dict[int, tuple[int, str]] = field(default_factory=dict)  # guard pid -> (slot, workdir)
+    _guards: dict[int, str] = field(default_factory=dict)  # guard pid -> workdir
     _count: int = 0
 
-    def serve(self) -> None:
-        """Answers spawn requests until the pool closes the socket or says ``shutdown``."""
+    def serve(self) -> bool:
+        """Answers spawn requests until the pool says ``shutdown`` (returns ``True``: kill the sessions) or
+        closes the socket (returns ``False``: the pool retired this server; its sessions live on)."""
         while True:
             readable, _, _ = select.select([self.control], [], [], 0.2)
             self._reap(block=False)
@@ -201,25 +214,21 @@ class ForkServer:
             try:
                 message, fds = protocol.receive_control(self.control)
             except protocol.ProtocolError:
-                return
+                return False
             if message.get("op") != "spawn":
-                return
+                return True
             try:
                 self._spawn(message, fds)
             except OSError:  # the pool closed its end while we forked: nobody is left to answer
-                return
+                return False
 
     def start_session(self, sock_fd: int, output_fd: int, limits: SandboxLimits, namespaces: bool) -> int:
         """Forks the guard of a new session and returns its pid; the two descriptors pass to the session."""
         try:
-            slot = min(set(range(len(self._guards) + 1)) - {slot for slot, _ in self._guards.values()})
             self._count += 1
             workdir = os.path.join(self.root, f"session-{self._count}")
             os.mkdir(workdir, 0o700)
-            sandbox_uid = isolation.SANDBOX_UID_BASE + slot if os.geteuid() == 0 else None
-            if sandbox_uid is not None:
-                os.chown(workdir, sandbox_uid, sandbox_uid)
-            spec = SessionSpec(workdir, limits, namespaces, sandbox_uid)
+            spec = SessionSpec(workdir, limits, namespaces, sandbox_uid=None)
             server_pid = os.getpid()
             pid = os.fork()
             if pid == 0:
@@ -227,7 +236,7 @@ class ForkServer:
         finally:
             os.close(sock_fd)
             os.close(output_fd)
-        self._guards[pid] = (slot, workdir)
+        self._guards[pid] = workdir
         return pid
 
     def _spawn(self, message: dict[str, Any], fds: list[int]) -> None:
@@ -255,23 +264,28 @@ class ForkServer:
             if pid == 0:
                 return
             if pid in self._guards:
-                self._clean_up(pid, *self._guards.pop(pid))
+                self._clean_up(pid, self._guards.pop(pid))
 
-    def _clean_up(self, guard_pid: int, slot: int, workdir: str) -> None:
+    def _clean_up(self, guard_pid: int, workdir: str) -> None:
         """Kills what is left of a finished session (its process group, which the guard led, and as root without
         namespaces every process of its uid) and removes its directory; a failure is reported on stderr."""
         try:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(guard_pid, signal.SIGKILL)
             if os.geteuid() == 0 and not self.namespaces:
-                _kill_all_of_user(isolation.SANDBOX_UID_BASE + slot)
+                _kill_all_of_user(isolation.session_uid(guard_pid))
             shutil.rmtree(workdir, onerror=_make_writable_and_retry)
         except Exception as e:
             print(f"agentfly sandbox: cleaning up {workdir} failed: {type(e).__name__}: {e}", file=sys.stderr)
 
-    def shut_down(self) -> None:
-        """Kills every session, waits for them and removes the working directories."""
-        for pid in list(self._guards):
+    def shut_down(self, kill: bool, pool_pid: int) -> None:
+        """Waits for every session to end and removes the working directories; kills them first if ``kill``,
+        or once the pool's process (``pool_pid``) is gone, since nobody is left to stop them."""
+        while self._guards and not kill:
+            time.sleep(0.1)
+            self._reap(block=False)
+            kill = os.getppid() != pool_pid
+        for pid in list(self._guards) if kill else ():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self._reap(block=True)
@@ -304,6 +318,8 @@ def _probe(server: ForkServer) -> str:
     pid = server.start_session(theirs.detach(), output_fd, SandboxLimits(), namespaces=True)
     try:
         reply = protocol.receive(ours, deadline=time.monotonic() + 30)
+        if "pid" in reply:  # the guard's message; the session's comes next
+            reply = protocol.receive(ours, deadline=time.monotonic() + 30)
     except (protocol.ProtocolError, TimeoutError) as e:
         reply = {"error": f"the probe session did not start: {e}"}
     finally:
@@ -318,16 +334,19 @@ def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     config = json.loads(sys.argv[2])
     linux.prctl(linux.PR_SET_CHILD_SUBREAPER, 1)  # orphans of sessions come back here to be reaped
+    _, most_files = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (most_files, most_files))  # sessions get their own limit
     for module in (*PRELOAD, *config.get("preload", ())):
         __import__(module)
     root = tempfile.mkdtemp(prefix="agentfly-sandbox-")
     os.chmod(root, 0o711)  # sessions with their own uid must reach their directories
     server = ForkServer(control, root, namespaces=False)
+    kill, pool_pid = True, os.getppid()
     try:
         note = "turned off (isolation='none')" if config["isolation"] == "none" else _probe(server)
         server.namespaces = not note
         hello = {"hello": True, "namespaces": server.namespaces, "note": note, "root": root}
         protocol.send_control(control, hello)
-        server.serve()
+        kill = server.serve()
     finally:
-        server.shut_down()
+        server.shut_down(kill, pool_pid)

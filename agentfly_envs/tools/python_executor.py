@@ -107,7 +107,9 @@ def _check_code(code: str) -> None:
 
 
 def describe(execution: Execution, notebook: bool) -> str:
-    """The tool's answer for one execution: the output, or a :class:`ToolError` when the sandbox stepped in.
+    """The tool's answer for one execution: the output (with a note when the interpreter had to be replaced
+    after the call, e.g. because a thread it started kept running), or a :class:`ToolError` when the
+    sandbox stepped in.
 
     Args:
         execution: The outcome of the call.
@@ -118,6 +120,12 @@ def describe(execution: Execution, notebook: bool) -> str:
     """
     output, status = execution.output, execution.status
     if status in (ExecStatus.OK, ExecStatus.ERROR) and not execution.invalid_utf8:
+        if execution.restart_reason and notebook:
+            separator = "\n" if output and not output.endswith("\n") else ""
+            return (
+                f"{output}{separator}Note: the interpreter was restarted ({execution.restart_reason}): variables "
+                "and imports from earlier calls are gone"
+            )
         return output or NO_OUTPUT
     if status is ExecStatus.EXIT:
         separator = "\n" if output and not output.endswith("\n") else ""

@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import textwrap
 import time
@@ -67,7 +68,12 @@ HOSTILE = [
     ("growing memory bomb", "chunks = []\nwhile True: chunks.append(bytes(10**7))", ExecStatus.ERROR, "MemoryError"),
     ("1 GB of output", "for _ in range(10**6): print('x' * 1000)", ExecStatus.OUTPUT_LIMIT, "bytes of output cut"),
     ("1 GB through fd 1", "import os\nfor _ in range(10**6): os.write(1, b'y' * 1000)", ExecStatus.OUTPUT_LIMIT, "yyy"),
-    ("1 GB from a subprocess", "import os; os.system('head -c 1000000000 /dev/zero')", ExecStatus.OUTPUT_LIMIT, "cut"),
+    (
+        "1 GB from a child process",
+        "import os\nif os.fork() == 0:\n    while True: os.write(1, b'z' * 4096)\nos.wait()",
+        ExecStatus.OUTPUT_LIMIT,
+        "cut",
+    ),
     ("sys.exit", "import sys; sys.exit(3)", ExecStatus.EXIT, "3"),
     ("SystemExit with a message", "raise SystemExit('bye')", ExecStatus.EXIT, "bye"),
     ("os._exit", "import os; os._exit(0)", ExecStatus.CRASHED, "died"),
@@ -128,8 +134,12 @@ def test_writes_outside_the_work_dir_fail(pool):
         os.chmod(open_dir, 0o777)  # so that only the sandbox, not file permissions, can stop the write
         targets = [Path(open_dir) / "evil", REPO_ROOT / "evil", Path("/tmp/agentfly-evil")]
         code = "".join(f"\ntry:\n    open({str(t)!r}, 'w')\nexcept OSError as e:\n    print(e)" for t in targets)
-        output = pool.run("import os; open('inside.txt', 'w').write('ok'); print(os.listdir('.'))" + code).output
-        assert output.startswith("['inside.txt']\n") and output.count("Read-only file system") == 3, output
+        code += "\ntry:\n    open(sys.prefix + '/evil', 'w')\nexcept OSError as e:\n    print(e)"
+        output = pool.run("import os, sys; open('inside.txt', 'w').write('ok'); print(os.listdir('.'))" + code).output
+        # The host's open dir does not exist in the session's root, the project and the interpreter are
+        # read-only, and /tmp is the session's own.
+        assert output.startswith("['inside.txt']\n") and output.count("Read-only file system") == 2, output
+        assert "No such file or directory" in output
         assert not any(target.exists() for target in targets)
 
 
@@ -137,6 +147,9 @@ def test_work_dir_is_per_session_and_removed(pool):
     with pool.session() as first, pool.session() as second:
         workdir = Path(first.run("import os; open('mine.txt', 'w').write('1'); print(os.getcwd())").output.strip())
         assert second.run("import os; os.listdir('.')").output == "[]\n"
+        if pool.isolation.namespaces:  # the work dir lives in the session's own memory, never on the host
+            assert workdir == Path("/home/sandbox") and not list(Path(pool._server_root).rglob("mine.txt"))
+            return
         assert workdir.exists()
     deadline = time.monotonic() + 5
     while workdir.exists() and time.monotonic() < deadline:  # the fork server removes it when it reaps the session
@@ -197,7 +210,7 @@ def test_as_an_ordinary_user_in_a_user_namespace():
                 forks=pool.run(bounded).output,
                 kill=pool.run(f"import os; os.kill({{os.getpid()}}, 9)").output,
                 net=pool.run(f"import socket; socket.create_connection(('127.0.0.1', {{port}}))").output,
-                write=pool.run("open('/tmp/agentfly-nobody-evil', 'w')").output,
+                write=pool.run("import sys; open(sys.prefix + '/agentfly-nobody-evil', 'w')").output,
                 uid=pool.run("import os; print(os.getuid(), os.geteuid())").output,
             )
         print(json.dumps(results))
@@ -215,7 +228,7 @@ def test_as_an_ordinary_user_in_a_user_namespace():
     assert "Network is unreachable" in results["net"]
     assert "Read-only file system" in results["write"]
     assert results["uid"] == "0 0\n"  # root of its own user namespace, without capabilities
-    assert not Path("/tmp/agentfly-nobody-evil").exists()
+    assert not Path(sys.prefix, "agentfly-nobody-evil").exists() and not Path("/usr/agentfly-nobody-evil").exists()
 
 
 def test_isolation_is_reported(pool):

@@ -215,5 +215,5 @@ def test_limits_are_validated(kwargs, fragment):
 def test_pool_arguments_are_validated():
     with pytest.raises(ValueError, match="isolation must be"):
         SandboxPool(isolation="docker")
-    with pytest.raises(ValueError, match="workers must be >= 1"):
+    with pytest.raises(ValueError, match="workers and max_sessions must be >= 1"):
         SandboxPool(workers=0)
