@@ -22,7 +22,7 @@ from gymnasium.error import ResetNeeded
 
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, TaskFormatError
 from agentfly_envs.parsers import Action, Parser, ParseResult, ToolCall, get_parser
-from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, get_reward
+from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, checked_score, get_reward
 from agentfly_envs.spaces import TextSpace
 from agentfly_envs.tasks import GoldenSolution, Row, TaskSource, get_task_source
 from agentfly_envs.tools import CallStatus, Tool, get_tool
@@ -110,7 +110,8 @@ class ToolEnv(gym.Env[str, Action]):
     Info of ``reset``: ``messages`` (system and user chat messages), ``tools`` (JSON schemas),
     ``task`` (the row), ``task_index``. Info of ``step``: ``messages`` (new role-``tool`` messages),
     ``tool_calls`` (OpenAI-style), ``parse_errors``, ``tool_latency_s``, ``error_counts`` (this episode),
-    ``turn``, ``answer`` (the scored text, on termination) and ``reward_components``.
+    ``turn``, ``answer`` (the scored text, on termination), ``reward_components`` and, when the reward
+    function raised or returned no finite number (the episode then scores 0), ``reward_error`` (why, one line).
 
     Example:
         >>> env = ToolEnv(task="arithmetic", level="easy")
@@ -156,7 +157,10 @@ class ToolEnv(gym.Env[str, Action]):
                 f"the {parser!r} format calls only the {self.parser.calls_only!r} tool, and tools={tuple(tools)} "
                 f"has no tool answering to it; add 'python' or 'python_executor' to tools, or pick another parser"
             )
+        self.reward_name = reward
         self.reward_fn: RewardFunction = get_reward(reward)
+        self.running_tool: str | None = None
+        """The tool a step is running now (read by the runtimes to name the tool of a step past its timeout)."""
         self.max_turns = max_turns
         self.truncation_reward = float(truncation_reward)
         self.max_action_chars = max_action_chars
@@ -286,9 +290,10 @@ class ToolEnv(gym.Env[str, Action]):
         world = self._world.report() if self._world is not None else None
         terminated = turn.answer is not None or (world is not None and world["done"] > 0)
         truncated = not terminated and episode.turn >= self.max_turns
-        reward, components = 0.0, {}
+        reward, components, reward_error = 0.0, {}, None
         if terminated or (truncated and world is not None):  # a world's state is worth reporting either way
-            scored = self.reward_fn(turn.answer or "", episode.ground_truth if world is None else world)
+            truth = episode.ground_truth if world is None else world
+            scored, reward_error = checked_score(self.reward_name, self.reward_fn, turn.answer or "", truth)
             reward, components = float(scored.score), dict(scored.components)
         if truncated:
             reward = self.truncation_reward
@@ -308,6 +313,8 @@ class ToolEnv(gym.Env[str, Action]):
             "answer": turn.answer,
             "reward_components": components,
         }
+        if reward_error is not None:
+            info["reward_error"] = reward_error
         return (
             truncate_middle(observation, self.observation_space.max_length),
             reward,
@@ -374,7 +381,11 @@ class ToolEnv(gym.Env[str, Action]):
             hint = f"did you mean {close[0]!r}? " if close else ""
             turn.add_error(f"unknown tool {call.name!r:.80}; {hint}available tools: {', '.join(self.tools)}", call)
             return
-        result = tool(call.arguments)
+        self.running_tool = tool.name
+        try:
+            result = tool(call.arguments)
+        finally:
+            self.running_tool = None
         if result.status is not CallStatus.OK:
             episode.error_counts[result.status.value] += 1
         turn.latencies.append(result.latency_s)
@@ -416,12 +427,29 @@ class ToolEnv(gym.Env[str, Action]):
         calls = self._golden_calls(solution)
         num_turns = min(len(calls), self.max_turns - 1)
         actions = [self.parser.format_calls([calls[i] for i in chunk]) for chunk in _chunks(len(calls), num_turns)]
+        actions.append(self.answer_action(solution.answer, solution.final))
+        return actions
+
+    def answer_action(self, answer: str, final: str | None = None) -> Action:
+        """The assistant turn that gives ``answer`` as the final answer, in this env's format.
+
+        Args:
+            answer: The answer (e.g. ``"42"``).
+            final: The whole final message, where the task has one; defaults to ``The answer is \\boxed{answer}.``
+
+        Returns:
+            A call of the env's answer tool when it has one, else the parser's final-answer turn.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> env = gym.make("agentfly/Arith-Calc").unwrapped
+            >>> env.answer_action("42")
+            'The answer is \\\\boxed{42}.'
+        """
         if self._answer_by_tool:
             name = next(name for name, tool in self.tools.items() if tool.ends_episode)
-            actions.append(self.parser.format_calls([ToolCall(name, {"answer": solution.answer})]))
-        else:
-            actions.append(self.parser.format_final(solution.final or f"The answer is \\boxed{{{solution.answer}}}."))
-        return actions
+            return self.parser.format_calls([ToolCall(name, {"answer": answer})])
+        return self.parser.format_final(final or f"The answer is \\boxed{{{answer}}}.")
 
     def _golden_world_actions(self, row: Row) -> list[Action]:
         if self._episode is None or row != self._episode.row:

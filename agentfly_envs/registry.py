@@ -18,12 +18,39 @@ Example:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from agentfly_envs.errors import DuplicateRegistrationError, UnknownNameError
 
 T = TypeVar("T")
+
+
+def close_match(name: str, names: Iterable[str]) -> str | None:
+    """The registered name a user most likely meant by ``name``, or ``None``.
+
+    A name that contains ``name`` (or whose ``_``-separated words all appear in it) wins, the closest in length
+    first; then the name sharing the most words with it; then the closest spelling
+    (:func:`difflib.get_close_matches`, cutoff 0.6).
+
+    Example:
+        >>> close_match("math_reward", ["qa_f1_reward", "math_equal", "math_reward_string_equal"])
+        'math_reward_string_equal'
+        >>> close_match("calculater", ["calculator", "search"])
+        'calculator'
+    """
+    names = sorted(names)
+    words = set(name.split("_"))
+    containing = [other for other in names if name and (name in other or set(other.split("_")) <= words)]
+    if containing:
+        return min(containing, key=lambda other: (abs(len(other) - len(name)), other))
+    shared = {other: len(words & set(other.split("_"))) for other in names}
+    most = max(shared.values(), default=0)
+    if most:
+        tied = [other for other in names if shared[other] == most]
+        return max(tied, key=lambda other: difflib.SequenceMatcher(None, name, other).ratio())
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 class Registry(Generic[T]):
@@ -32,11 +59,14 @@ class Registry(Generic[T]):
     Args:
         kind: What the registry holds, used in error messages ("tool", "reward", ...).
         where: Where a user adds a new entry, used in error messages.
+        how: How to add an entry, for error messages, when it is not ``@<KIND>S.register(name)`` on the object
+            itself (e.g. tools wrap a function).
     """
 
-    def __init__(self, kind: str, where: str) -> None:
+    def __init__(self, kind: str, where: str, how: str | None = None) -> None:
         self.kind = kind
         self.where = where
+        self.how = how or f"@{kind.upper()}S.register(name)"
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -69,11 +99,11 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except (KeyError, TypeError):
-            close = difflib.get_close_matches(str(name), self._entries, n=1)
-            guess = f"; did you mean {close[0]!r}?" if close else "."
+            close = close_match(str(name), self._entries)
+            guess = f"; did you mean {close!r}?" if close else "."
             raise UnknownNameError(
                 f"{self.kind} {name!r} is not registered{guess} Known: {', '.join(sorted(self._entries))}. "
-                f"Add one with @{self.kind.upper()}S.register(name) in {self.where}."
+                f"Add one with {self.how} in {self.where}."
             ) from None
 
     def __contains__(self, name: object) -> bool:

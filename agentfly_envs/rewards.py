@@ -4,12 +4,16 @@ Every reward has one signature, ``fn(response, ground_truth) -> RewardResult``: 
 agent's final answer text, ``ground_truth`` the task's reference (a string, a list of acceptable
 strings for QA, or the unit tests for code), or, in an env with an interactive world, the world's final
 state (``world_success``, ``world_score``). The score is in [0, 1]; ``components`` holds the parts
-it was computed from, which the env reports in ``info["reward_components"]``.
+it was computed from, which the env reports in ``info["reward_components"]``. The env runs a reward
+through :func:`checked_score`: one that raises, or returns no finite number, scores 0 and the env reports
+why in ``info["reward_error"]``.
 """
 
 from __future__ import annotations
 
 import collections
+import math
+import numbers
 import re
 import string
 import threading
@@ -42,6 +46,50 @@ REWARDS: Registry[RewardFunction] = Registry("reward", where="agentfly_envs/rewa
 def get_reward(name: str) -> RewardFunction:
     """Returns the registered reward ``name``; raises ``UnknownNameError`` with close matches."""
     return REWARDS.get(name)
+
+
+MAX_REWARD_ERROR_CHARS = 300
+"""Longest ``info["reward_error"]`` message, in characters (longer ones are cut)."""
+
+
+def checked_score(
+    name: str, reward_fn: RewardFunction, response: str, ground_truth: GroundTruth
+) -> tuple[RewardResult, str | None]:
+    """Scores ``response`` with the reward ``name``, turning its failures into a zero score and a reason.
+
+    Args:
+        name: The reward's registered name (for the reason).
+        reward_fn: The reward function.
+        response: The agent's final answer text.
+        ground_truth: The task's reference, or the world's final state.
+
+    Returns:
+        The reward's result and ``None``; or, when it raised, returned something other than a
+        :class:`RewardResult`, or a score that is not a finite number: ``RewardResult(0.0)`` and a
+        one-line reason (at most :data:`MAX_REWARD_ERROR_CHARS` characters).
+
+    Example:
+        >>> checked_score("broken", lambda response, truth: RewardResult(float("nan")), "42", "42")
+        (RewardResult(score=0.0, components={}), "reward function 'broken' returned a non-finite score (nan)")
+        >>> checked_score("strict", lambda response, truth: 1 / 0, "42", "42")[1]
+        "reward function 'strict' raised ZeroDivisionError: division by zero"
+    """
+    try:
+        result = reward_fn(response, ground_truth)
+    except Exception as error:  # a user's reward: any failure scores 0 and is reported, never crashes step()
+        reason = f"raised {type(error).__name__}: {error}"
+    else:
+        score = getattr(result, "score", None)
+        if not isinstance(result, RewardResult):
+            reason = f"returned {type(result).__name__} {result!r:.80}, not a RewardResult"
+        elif not isinstance(score, numbers.Real):
+            reason = f"returned a score of type {type(score).__name__} ({score!r:.80}), not a number"
+        elif not math.isfinite(score):
+            reason = f"returned a non-finite score ({score})"
+        else:
+            return result, None
+    message = " ".join(f"reward function {name!r} {reason}".split())
+    return RewardResult(0.0), message[:MAX_REWARD_ERROR_CHARS]
 
 
 def _references(ground_truth: GroundTruth) -> list[str]:
@@ -284,8 +332,9 @@ def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
 
     ``ground_truth`` is the list of test programs. The code runs once in a fresh sandboxed
     interpreter, then each test in it (``CODE_TEST_TIMEOUT_S`` each, ``CODE_TESTS_BUDGET_S`` in all);
-    a test passes when it raises nothing. Code that fails to run passes no test; a test that kills
-    the interpreter fails, and the code is run again in a fresh one for the next test. Components:
+    a test passes when it raises nothing. Code that fails to run, or leaves a thread running (which
+    replaces the interpreter), passes no test; a test that kills the interpreter fails, and the code
+    is run again in a fresh one for the next test. Components:
     ``pass_rate`` (the score), ``passed`` (all tests pass: the pass/fail part), ``tests_passed``,
     ``tests`` and ``code_found``.
 
@@ -306,7 +355,8 @@ def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
             defined = False
             for test in tests:
                 if not defined:
-                    if session.run(code, echo=False).status is not ExecStatus.OK:
+                    ran = session.run(code, echo=False)
+                    if ran.status is not ExecStatus.OK or ran.restarted:  # failed, or left a thread running
                         break
                     defined = True
                 budget = min(CODE_TEST_TIMEOUT_S, deadline - time.monotonic())

@@ -10,9 +10,11 @@ Train workers on the cluster, each such a process.
 ``--dry-run`` resolves the configuration, builds the env and the tokenizer (not the model), prints what a run
 would do, and exits.
 
-``python -m agentfly_train eval [--config FILE] actor_rollout_ref.model.path=DIR agent.env=ID [...]``
+``python -m agentfly_train eval [--config FILE] actor_rollout_ref.model.path=DIR [agent.env=ID ...]``
 runs the validation rows through the env with the model and prints accuracy, mean reward and sample
-trajectories (``--samples N``), also written to ``<trainer.default_local_dir>/eval.jsonl``.
+trajectories (``--samples N``), also written to ``<trainer.default_local_dir>/eval.jsonl``. A model in a run
+directory (``RUN_DIR/final``, ``RUN_DIR/checkpoint-K``) is evaluated on that run's env, data, template and
+budgets (its ``config.json``), with the config files and overrides on top, and writes ``RUN_DIR/eval.jsonl``.
 
 ``python -m agentfly_train report RUN_DIR [--out FILE]`` writes the run's self-contained HTML report (curves and
 episode browser; default ``RUN_DIR/report.html``) and prints its path; it works while the run is going.
@@ -21,10 +23,14 @@ episode browser; default ``RUN_DIR/report.html``) and prints its path; it works 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 
+from agentfly_train.checkpoints import CheckpointDiskFullError
 from agentfly_train.config import QUICKSTART, ConfigError, TrainConfig, load_config
 
 
@@ -47,13 +53,46 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _train(config: TrainConfig, show_progress: bool) -> int:
-    from agentfly_train.generation.vllm_server import RolloutServerError
-    from agentfly_train.ray_launch import launch, wants_ray
-    from agentfly_train.train import run
+def _interrupted(config: TrainConfig, argv: Sequence[str], step: int | None) -> str:
+    """The line printed on Ctrl-C: where the run stopped and the command that carries on from there."""
+    from agentfly_train.checkpoints import newest_complete
 
+    command = shlex.join(["python", "-m", "agentfly_train", *argv])
+    trainer = config.trainer
+    if trainer.resume_mode == "resume_path":
+        then = f"to resume from {trainer.resume_from_path} again"
+    else:
+        checkpoint, _ = (
+            newest_complete(trainer.default_local_dir, check_contents=False)
+            if trainer.resume_mode == "auto"
+            else (None, [])
+        )
+        then = f"to resume from {checkpoint.name}" if checkpoint is not None else "to start over"
+    return f"interrupted{f' at step {step}' if step is not None else ''}; rerun `{command}` {then}"
+
+
+def _train(config: TrainConfig, show_progress: bool, argv: Sequence[str]) -> int:
     try:
+        from agentfly_train.generation.vllm_server import RolloutServerError
+        from agentfly_train.ray_launch import launch, wants_ray
+        from agentfly_train.train import run
+
         result = launch(config, show_progress) if wants_ray(config) else run(config, show_progress=show_progress)
+    except KeyboardInterrupt as interrupt:  # checkpoints are written atomically: nothing is left half-saved
+        if os.environ.get("RANK", "0") == "0":  # under a multi-process launch, one line from the first process
+            print(_interrupted(config, argv, getattr(interrupt, "step", None)), file=sys.stderr)
+        return 130
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        where = f" while writing {error.filename}" if error.filename else ""
+        message = (
+            str(error)
+            if isinstance(error, CheckpointDiskFullError)
+            else f"no space left on device{where}; free space and rerun the same command to resume"
+        )
+        print(f"error: {message}", file=sys.stderr)
+        return 1
     except RolloutServerError as error:
         print(
             f"error: {error}; the run directory keeps the last checkpoint: rerun the same command "
@@ -77,9 +116,12 @@ def _train(config: TrainConfig, show_progress: bool) -> int:
     return 0
 
 
-def _eval(config: TrainConfig, samples: int) -> None:
-    from agentfly_train.evaluate import evaluate
+def _eval(overrides: list[str], config_files: list[str], samples: int) -> None:
+    from agentfly_train.evaluate import eval_config, evaluate
 
+    config, run_config = eval_config(overrides, config_files)
+    if run_config:
+        print(f"eval: on the settings of the run in {run_config} (env, data, template, budgets); overrides on top")
     stats, records, path = evaluate(config)
     for record in records[:samples]:
         print(json.dumps(record, indent=2))
@@ -115,15 +157,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(overrides, args.out)
     config_files = args.config or ([] if overrides else [QUICKSTART])
     try:
+        if command == "eval" and not args.dry_run:
+            _eval(overrides, config_files, args.samples)
+            return 0
         config = load_config(overrides, config_files)
         if args.dry_run:
             from agentfly_train.dry_run import describe
 
             print(describe(config))
-        elif command == "eval":
-            _eval(config, args.samples)
         else:
-            return _train(config, show_progress=not args.no_progress)
+            return _train(config, not args.no_progress, sys.argv[1:] if argv is None else argv)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2

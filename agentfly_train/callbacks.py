@@ -1,4 +1,4 @@
-"""Trainer callbacks: validation schedule, console progress bar, and ``metrics.jsonl``."""
+"""Trainer callbacks: validation schedule, console progress bar, ``metrics.jsonl`` and checkpoint pruning."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
+
+from agentfly_train.checkpoints import prune
 
 if TYPE_CHECKING:
     from agentfly_train.trainer import AgentGRPOTrainer
@@ -60,7 +62,8 @@ class MetricsFile:
 
 class AgentCallback(TrainerCallback):
     """Runs validation (before training and every ``test_freq`` steps), shows a progress bar with the
-    step, reward and ETA, and writes every log line to ``metrics.jsonl``.
+    step, reward and ETA, writes every log line to ``metrics.jsonl``, and deletes the checkpoints beyond
+    ``max_ckpt_to_keep`` after each save.
 
     Args:
         trainer: The trainer whose :meth:`~AgentGRPOTrainer.validate` is called.
@@ -68,12 +71,19 @@ class AgentCallback(TrainerCallback):
             when validation is on).
         val_before_train: Validate before the first step of a fresh run.
         show_progress: Draw the console progress bar.
+        max_ckpt_to_keep: Complete checkpoints to keep in the run directory (``None``: all).
     """
 
     def __init__(
-        self, trainer: AgentGRPOTrainer, test_freq: int, val_before_train: bool, show_progress: bool = True
+        self,
+        trainer: AgentGRPOTrainer,
+        test_freq: int,
+        val_before_train: bool,
+        show_progress: bool = True,
+        max_ckpt_to_keep: int | None = None,
     ) -> None:
         self.trainer = trainer
+        self.max_ckpt_to_keep = max_ckpt_to_keep
         self.test_freq = test_freq
         self.val_before_train = val_before_train
         self.show_progress = show_progress
@@ -83,7 +93,10 @@ class AgentCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.is_world_process_zero:
-            self.metrics.truncate_after(state.global_step)
+            if state.global_step == 0:  # a fresh start redoes everything an earlier attempt logged, step 0 too
+                self.metrics.keep(lambda record: False)
+            else:
+                self.metrics.truncate_after(state.global_step)
             if self.show_progress:
                 from tqdm.auto import tqdm
 
@@ -97,6 +110,10 @@ class AgentCallback(TrainerCallback):
             self.trainer.record_metrics(self.trainer.validate())
         if self._bar is not None:
             self._bar.update(state.global_step - self._bar.n)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            prune(args.output_dir, self.max_ckpt_to_keep)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs:

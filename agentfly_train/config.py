@@ -13,6 +13,7 @@ valid ones. ``agent.init_args.<key>`` is accepted as a spelling of ``agent.<key>
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -32,6 +33,11 @@ TINY_MODEL = "agentfly:tiny"
 AGENT_TYPES = {"hf": "hermes", "react": "react", "code": "code"}
 """``agent.agent_type`` -> the env parser that reads the model's turns."""
 BACKENDS = ("hf", "vllm")
+BACKEND_ALIASES = {"async_verl": "vllm", "verl": "vllm", "async_vllm": "vllm", "transformers": "hf"}
+"""AgentFly's ``agent.init_args.backend`` values -> ours: its verl/vLLM engines are our vLLM backend (episodes
+asynchronous by default), its ``transformers`` one our ``hf``."""
+TYPE_NAMES = {"Integer": "an integer", "Float": "a number", "bool": "true or false", "string": "a string"}
+"""OmegaConf's type names in a conversion error -> what the one-line error says was expected."""
 LOGGERS = ("console", "wandb", "tensorboard")
 RESUME_MODES = ("auto", "disable", "resume_path")
 LAUNCHERS = ("auto", "local", "ray")
@@ -70,7 +76,9 @@ class AgentConfig:
         max_tokens_per_turn: New tokens per assistant turn (also capped by what is left of
             ``actor_rollout_ref.rollout.response_length``).
         use_agent: ``false`` gives the model one turn and no tools.
-        backend: Generation backend, ``hf`` or ``vllm`` (alias of ``actor_rollout_ref.rollout.name``).
+        backend: Generation backend, ``hf`` or ``vllm`` (alias of ``actor_rollout_ref.rollout.name``); AgentFly's
+            ``async_verl``, ``verl``, ``async_vllm`` mean ``vllm``, ``transformers`` means ``hf``
+            (:data:`BACKEND_ALIASES`).
     """
 
     env: str | None = None
@@ -325,8 +333,10 @@ class RolloutConfig:
             envs are spread over them, each steps its envs concurrently).
         env_worker_cpus: ``ray``: CPUs each env actor reserves.
         env_worker_resources: ``ray``: other Ray resources each env actor reserves, e.g. ``{tools: 1}``.
-        env_step_timeout: ``ray``: seconds an env step may take; past it the episode is truncated with an ``Error:``
-            observation and the actor replaced.
+        env_step_timeout: Seconds an env reset or step (its tool calls included) may take, under every runtime; past
+            it the episode is truncated with an ``Error:`` observation naming the tool, counted in
+            ``env/remote_failures``, and the env replaced (``local``: the stuck thread is abandoned; ``ray``: the
+            actor is killed).
         async_episodes: Each episode at its own pace: its next turn goes to the engine as soon as its env step
             returns, and the engine batches whatever is pending (``null``: on with vLLM; the HF backend is turn by
             turn only).
@@ -411,7 +421,10 @@ class SFTWarmupConfig:
         steps: Optimiser steps.
         lr: Learning rate.
         batch_size: Demonstrations per step.
-        num_demos: Golden episodes to learn from (from the start of the training rows).
+        num_demos: Demonstrations to learn from (from the start of the training rows).
+        guess_fraction: Share of the demonstrations, in [0, 1], in which the demonstrator skips the tools and
+            answers at once with a guess (another task's answer): imperfect demonstrations, as real SFT data are,
+            for RL to improve on. 0 = golden episodes only.
     """
 
     enable: bool = False
@@ -419,6 +432,7 @@ class SFTWarmupConfig:
     lr: float = 3e-3
     batch_size: int = 16
     num_demos: int = 2048
+    guess_fraction: float = 0.0
 
 
 @dataclass
@@ -439,6 +453,8 @@ class TrainerConfig:
             on this machine, or a new one-machine cluster; :mod:`agentfly_train.ray_launch`).
         cpus_per_worker: CPUs Ray reserves for each training worker.
         save_freq: Checkpoint every this many steps (``-1``: never).
+        max_ckpt_to_keep: Complete checkpoints to keep (>= 1); after each save the oldest beyond it are deleted
+            (``null``: keep all).
         test_freq: Validate every this many steps (``-1``: never).
         val_before_train: Validate before the first step.
         resume_mode: ``auto`` (latest checkpoint in the run directory), ``resume_path``, ``disable``.
@@ -463,6 +479,7 @@ class TrainerConfig:
     launcher: str = "auto"
     cpus_per_worker: int = 1
     save_freq: int = -1
+    max_ckpt_to_keep: int | None = None
     test_freq: int = -1
     val_before_train: bool = True
     resume_mode: str = "auto"
@@ -506,8 +523,10 @@ class TrainConfig:
 
     @property
     def backend(self) -> str:
-        """The generation backend: ``agent.backend`` if set, else ``actor_rollout_ref.rollout.name``."""
-        return self.agent.backend or self.actor_rollout_ref.rollout.name
+        """The generation backend: ``agent.backend`` if set (AgentFly's names mapped by :data:`BACKEND_ALIASES`),
+        else ``actor_rollout_ref.rollout.name``."""
+        name = self.agent.backend or self.actor_rollout_ref.rollout.name
+        return BACKEND_ALIASES.get(name, name)
 
 
 def config_keys(schema: type = TrainConfig, prefix: str = "") -> Iterator[str]:
@@ -555,7 +574,14 @@ def _merge(schema: Any, update: Any, source: str) -> Any:
         key = str(error.full_key)
         raise ConfigError(f"unknown config key {key!r} (from {source}){_suggest(key)}") from None
     except ValidationError as error:
-        raise ConfigError(f"bad value for {error.full_key!r} (from {source}): {error.msg}") from None
+        first = str(error.msg).splitlines()[0]
+        wanted = re.search(r"could not be converted to (\w+)|is not a valid (bool)|to (string)", first)
+        expected = TYPE_NAMES.get(next((name for name in wanted.groups() if name), "")) if wanted else None
+        problem = f"expected {expected}" if expected else first
+        where = (
+            source.removeprefix("override ") if source.startswith("override ") else f"{error.full_key} (from {source})"
+        )
+        raise ConfigError(f"{where}: {problem}") from None
 
 
 def _parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Any]]:
@@ -574,12 +600,20 @@ def _parse_overrides(overrides: Sequence[str]) -> list[tuple[str, Any]]:
     return result
 
 
-def load_config(overrides: Sequence[str] = (), config_files: Sequence[str | Path] = ()) -> TrainConfig:
+def load_config(
+    overrides: Sequence[str] = (),
+    config_files: Sequence[str | Path] = (),
+    base: tuple[str, Mapping[str, Any]] | None = None,
+    check: bool = True,
+) -> TrainConfig:
     """Builds and validates a configuration.
 
     Args:
         overrides: Hydra-style ``key=value`` strings (``+key=value`` is accepted as ``key=value``).
         config_files: YAML files merged in order before the overrides.
+        base: ``(source, settings)``: a nested mapping merged onto the defaults before the config files, named
+            ``source`` in errors (e.g. a run's saved settings, for ``eval``).
+        check: Validate the values (``False``: only keys and types, to read a setting before the rest is set).
 
     Returns:
         The validated :class:`TrainConfig` (interpolations such as ``${trainer.project_name}`` resolved).
@@ -591,13 +625,15 @@ def load_config(overrides: Sequence[str] = (), config_files: Sequence[str | Path
     from omegaconf.errors import OmegaConfBaseException
 
     config = OmegaConf.structured(TrainConfig)
-    for path in config_files:
-        path = resolve_config_file(path)
-        tree = OmegaConf.to_container(OmegaConf.load(path))
-        tree.pop("defaults", None)
+    sources = [] if base is None else [base]
+    sources += [
+        (str(path), OmegaConf.to_container(OmegaConf.load(path))) for path in map(resolve_config_file, config_files)
+    ]
+    for source, settings in sources:
+        tree = {key: value for key, value in settings.items() if key != "defaults"}
         tree = OmegaConf.create(_fold_init_args(tree))
         _clear_whole_mappings(config, [key for key in WHOLE_MAPPINGS if OmegaConf.select(tree, key) is not None])
-        config = _merge(config, tree, str(path))
+        config = _merge(config, tree, source)
     for key, value in _parse_overrides(overrides):
         update = OmegaConf.create()
         OmegaConf.update(update, key, value, force_add=True)
@@ -607,7 +643,8 @@ def load_config(overrides: Sequence[str] = (), config_files: Sequence[str | Path
         result = OmegaConf.to_object(config)
     except OmegaConfBaseException as error:
         raise ConfigError(f"cannot resolve the configuration: {error}") from None
-    validate(result)
+    if check:
+        validate(result)
     return result
 
 
@@ -627,10 +664,32 @@ def resolve_config_file(path: str | Path) -> Path:
     raise ConfigError(f"config file {str(path)!r} does not exist (packaged presets: {presets})")
 
 
-def ignored_settings(config: TrainConfig) -> list[str]:
-    """One line per key this run sets that is accepted (verl's commands use it) but has no effect here."""
-    rollout = config.actor_rollout_ref.rollout
+def ignored_settings(config: TrainConfig, world_size: int = 1) -> list[str]:
+    """One line per key this run sets that is accepted (verl's commands use it) but has no effect here.
+
+    Args:
+        config: The run's configuration.
+        world_size: Training processes of the run (FSDP offloading needs a sharded, multi-process run).
+    """
+    rollout, ref = config.actor_rollout_ref.rollout, config.actor_rollout_ref.ref
     notes = []
+    if world_size == 1:
+        offload = [
+            f"actor_rollout_ref.{section}.fsdp_config.{key}"
+            for section, fsdp in (("actor", config.actor_rollout_ref.actor.fsdp_config), ("ref", ref.fsdp_config))
+            for key in ("param_offload", "optimizer_offload")
+            if getattr(fsdp, key)
+        ]
+        if offload:
+            notes.append(
+                f"{', '.join(offload)}=true is ignored: offloading applies to FSDP-sharded runs (accelerate launch "
+                "--config_file configs/accelerate/fsdp.yaml with 2+ processes); this run has one process"
+            )
+    if config.trainer.total_training_steps is not None and config.trainer.total_epochs != TrainerConfig.total_epochs:
+        notes.append(
+            f"trainer.total_epochs={config.trainer.total_epochs} is ignored: trainer.total_training_steps="
+            f"{config.trainer.total_training_steps} sets the run's length (set it to null to run whole epochs)"
+        )
     if rollout.free_cache_engine:
         notes.append(
             "actor_rollout_ref.rollout.free_cache_engine=true is ignored: vLLM's sleep mode is not wired in "
@@ -699,6 +758,11 @@ def validate(config: TrainConfig) -> None:
     _validate_data_files(config)
     _validate_model_path(config)
     _check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
+    if agent.backend == "client":
+        raise ConfigError(
+            "agent.backend=client (AgentFly's client of a served model) does not train the model: use "
+            "agent.backend=vllm, with actor_rollout_ref.rollout.mode=server to generate on a separate vLLM server"
+        )
     _check_choice("actor_rollout_ref.rollout.name / agent.backend", config.backend, BACKENDS)
     if config.async_episodes and config.backend != "vllm":
         raise ConfigError(
@@ -738,8 +802,14 @@ def validate(config: TrainConfig) -> None:
     _check_positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, allow_none=True)
     if trainer.n_gpus_per_node < 0:
         raise ConfigError(f"trainer.n_gpus_per_node must be >= 0 (0: a CPU run), got {trainer.n_gpus_per_node}")
+    if trainer.max_ckpt_to_keep is not None and trainer.max_ckpt_to_keep < 1:
+        raise ConfigError(
+            f"trainer.max_ckpt_to_keep must be >= 1 (or null to keep every checkpoint), got {trainer.max_ckpt_to_keep}"
+        )
     if trainer.log_train_generations < 0:
         raise ConfigError(f"trainer.log_train_generations must be >= 0, got {trainer.log_train_generations}")
+    if not 0.0 <= config.sft.guess_fraction <= 1.0:
+        raise ConfigError(f"sft.guess_fraction must be in [0, 1], got {config.sft.guess_fraction}")
     if rollout.temperature < 0 or rollout.val_temperature < 0:
         raise ConfigError("actor_rollout_ref.rollout.temperature and .val_temperature must be >= 0")
     mini = actor.ppo_mini_batch_size or data.train_batch_size
@@ -815,7 +885,9 @@ def _validate_data_files(config: TrainConfig) -> None:
     if config.agent.env is None and not (data.train_files or data.val_files):
         raise ConfigError(
             "no tasks: set data.train_files (a JSON list of {question, answer} rows, JSONL or parquet) to build the "
-            "env from agent.tools and agent.reward_name, or agent.env to a registered env (e.g. agentfly/Arith-Calc)"
+            "env from agent.tools and agent.reward_name, or agent.env to a registered env (e.g. agentfly/Arith-Calc); "
+            "overrides without --config replace the embedded quickstart (they start from the training guide's "
+            "defaults): `python -m agentfly_train --config quickstart KEY=VALUE` applies them on top of it"
         )
 
 

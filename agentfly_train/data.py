@@ -13,6 +13,17 @@ from agentfly_envs.errors import AgentflyError, TaskFormatError
 from agentfly_envs.tasks.files import load_rows
 
 
+def takes_data_files(env_id: str, env_kwargs: Mapping[str, Any]) -> bool:
+    """Whether the task source of ``gymnasium.make(env_id, **env_kwargs)`` reads its rows from ``data_files=``
+    (GSM8K, HotpotQA, code tests, files), so the run's data files can replace its default (Hub) data."""
+    import inspect
+
+    from agentfly_envs.tasks import TASKS
+
+    task = env_kwargs.get("task", gym.spec(env_id).kwargs.get("task"))
+    return isinstance(task, str) and task in TASKS and "data_files" in inspect.signature(TASKS.get(task)).parameters
+
+
 def env_task_rows(env: gym.Env, limit: int | None) -> list[dict[str, Any]]:
     """The first ``limit`` rows (all when ``None``) of the env's own task source, in order."""
     tasks = env.unwrapped.tasks
@@ -21,30 +32,40 @@ def env_task_rows(env: gym.Env, limit: int | None) -> list[dict[str, Any]]:
 
 
 def file_task_rows(files: Sequence[str], env: gym.Env, limit: int | None) -> list[dict[str, Any]]:
-    """Rows from JSON list / JSONL / parquet files, checked against the env's task format.
+    """Rows from JSON list / JSONL / parquet files, every one checked against the env's task format.
+
+    Every row of every file is checked (``limit`` only cuts what is returned), so a bad row fails the run
+    before the model loads. A field a row leaves out is absent from it (``datasets`` fills it with ``None``).
 
     Args:
         files: Local data files.
         env: The env the rows are for (its task source names the required fields).
-        limit: Keep at most this many rows (``None``: all).
+        limit: Return at most this many rows (``None``: all).
 
     Raises:
-        TaskFormatError: a row misses a field the task needs; the message names the file, row and field.
+        TaskFormatError: a row misses a field the task needs; the message names the file, the row (1-based)
+            and the field.
+        DataUnavailableError: a file cannot be read (for JSON, the message names the line), or all are empty.
     """
     tasks = env.unwrapped.tasks
-    dataset = load_rows("", None, "train", list(files), required_fields=tasks.required_fields)
-    count = len(dataset) if limit is None else min(limit, len(dataset))
     rows = []
-    for index in range(count):
-        row = dict(dataset[index])
-        try:
-            tasks.validate(row)
-        except AgentflyError as error:
-            raise TaskFormatError(f"{list(files)} row {index}: {error}") from None
-        rows.append(row)
-    if not rows:
-        raise TaskFormatError(f"no rows in {list(files)}")
-    return rows
+    for name in files:
+        dataset = load_rows(
+            "",
+            None,
+            "train",
+            [name],
+            required_fields=(),
+            offline_hint="data.train_files and data.val_files take JSON-list, JSONL or parquet files of rows",
+        )
+        for index in range(len(dataset)):
+            row = {key: value for key, value in dataset[index].items() if value is not None}
+            try:
+                tasks.validate(row)
+            except AgentflyError as error:
+                raise TaskFormatError(f"{name} row {index + 1} (1-based): {error}") from None
+            rows.append(row)
+    return rows if limit is None else rows[:limit]
 
 
 class PromptColumn:

@@ -3,10 +3,95 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentfly_train.config import ConfigError, TrainConfig
+from agentfly_train.config import ConfigError, TrainConfig, load_config
+
+RUN_MODEL_DIR = re.compile(r"final|checkpoint-\d+")
+"""Names of the model directories a run writes into its run directory."""
+RUN_SETTINGS = (
+    "agent",
+    "data",
+    "actor_rollout_ref.rollout.response_length",
+    "actor_rollout_ref.rollout.val_temperature",
+    "actor_rollout_ref.rollout.top_p",
+    "actor_rollout_ref.rollout.top_k",
+    "actor_rollout_ref.model.trust_remote_code",
+)
+"""The keys of a run's saved configuration that an eval of one of its models starts from: what the run's validation
+episodes were (env and its kwargs, tools, reward, format, chat template, data, turn and token budgets, sampling)."""
+NOT_FROM_RUN = ("model_name_or_path", "backend")
+"""Keys of ``agent`` left at their defaults: the model is the one named on the command line, and eval samples
+with ``generate``."""
+
+
+def run_settings(model_path: str) -> tuple[str, dict[str, Any]] | None:
+    """The saved settings of the run a model belongs to, for :func:`load_config`'s ``base``.
+
+    Args:
+        model_path: The model to evaluate; ``<run dir>/final`` or ``<run dir>/checkpoint-K`` of a run whose run
+            directory holds its configuration (``config.json``).
+
+    Returns:
+        ``(path of the run's config.json, settings)``: the :data:`RUN_SETTINGS` keys of the run, and the run
+        directory as ``trainer.default_local_dir`` (so ``eval.jsonl`` goes there); ``None`` for a model outside a
+        run directory.
+
+    Raises:
+        ConfigError: the run's ``config.json`` is not a JSON object.
+    """
+    from agentfly_train.train import RUN_CONFIG_FILE
+
+    model_dir = Path(model_path).expanduser()
+    path = model_dir.parent / RUN_CONFIG_FILE
+    if not (RUN_MODEL_DIR.fullmatch(model_dir.name) and path.is_file()):
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        if not isinstance(saved, dict):
+            raise ValueError(f"a JSON {type(saved).__name__}, not an object")
+    except (OSError, ValueError) as error:  # ValueError: also bad JSON or bytes that are not UTF-8
+        raise ConfigError(
+            f"cannot read the run's settings in {path} ({error}): it should be the JSON object the run wrote; "
+            "restore it, or evaluate a copy of the model kept outside the run directory"
+        ) from None
+    settings: dict[str, Any] = {"trainer": {"default_local_dir": str(model_dir.parent)}}
+    for key in RUN_SETTINGS:
+        *parents, name = key.split(".")
+        source, target = saved, settings
+        for part in parents:
+            source, target = source.get(part, {}), target.setdefault(part, {})
+        if name in source:
+            target[name] = source[name]
+    settings["agent"] = {key: value for key, value in settings.get("agent", {}).items() if key not in NOT_FROM_RUN}
+    return str(path), settings
+
+
+def eval_config(overrides: Sequence[str], config_files: Sequence[str | Path]) -> tuple[TrainConfig, str | None]:
+    """The configuration of ``python -m agentfly_train eval``: ``config_files`` and ``overrides`` on the settings
+    of the run the model comes from (:func:`run_settings`), or on the defaults for a model outside a run.
+
+    Returns:
+        ``(configuration, path of the run's config.json or None)``.
+
+    Raises:
+        ConfigError: a bad key or value; for one from the run's settings (e.g. written by another version), the
+            message names the file.
+    """
+    draft = load_config(overrides, config_files, check=False)
+    found = run_settings(draft.model_path) if draft.model_path else None
+    if found is None:
+        return load_config(overrides, config_files), None
+    try:
+        return load_config(overrides, config_files, base=found), found[0]
+    except ConfigError as error:
+        raise ConfigError(
+            f"{error}; eval starts from the run's settings in {found[0]}: set the key on the command line, or "
+            "remove it from that file"
+        ) from None
 
 
 def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]], Path]:

@@ -8,6 +8,7 @@ through TRL's ``SFTTrainer`` on the pre-tokenised rows (``input_ids`` + ``assist
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,23 +17,40 @@ import gymnasium as gym
 from agentfly_train.rollout import ChatCodec
 
 
-def golden_token_rows(env: gym.Env, codec: ChatCodec, tasks: Sequence[Mapping[str, Any]]) -> list[dict[str, list[int]]]:
-    """Tokenised golden episodes.
+def golden_token_rows(
+    env: gym.Env,
+    codec: ChatCodec,
+    tasks: Sequence[Mapping[str, Any]],
+    guess_fraction: float = 0.0,
+    seed: int = 0,
+) -> list[dict[str, list[int]]]:
+    """Tokenised demonstrations: golden episodes, and optionally guesses.
 
     Args:
         env: The env (its parser formats the golden calls).
         codec: The rollout's chat-template codec.
         tasks: Task rows with golden solutions.
+        guess_fraction: Share of the demonstrations (chosen at random, in [0, 1]) in which the demonstrator
+            skips the tools and answers at once with a guess: the golden answer of another task.
+        seed: Seed of that choice.
 
     Returns:
-        Rows with ``input_ids`` (prompt + completion) and ``assistant_masks`` (1 on assistant tokens).
+        Rows with ``input_ids`` (prompt + completion) and ``assistant_masks`` (1 on assistant tokens), in task order.
     """
+    tool_env = env.unwrapped
+    rng = random.Random(seed)
+    guessed = set(rng.sample(range(len(tasks)), round(guess_fraction * len(tasks))))
     rows = []
-    for task in tasks:
+    for index, task in enumerate(tasks):
         _, info = env.reset(options={"task": dict(task)})
         ids = codec.prompt_ids(info["messages"])
         mask = [0] * len(ids)
-        for action in env.unwrapped.golden_actions():
+        if index in guessed:
+            other = tasks[(index + rng.randrange(1, len(tasks))) % len(tasks)]
+            actions = [tool_env.answer_action(tool_env.tasks.golden(dict(other)).answer)]
+        else:
+            actions = tool_env.golden_actions()
+        for action in actions:
             turn = [*codec.encode(action), codec.eos_token_id]
             ids += turn
             mask += [1] * len(turn)

@@ -18,11 +18,13 @@ from agentfly_envs.errors import AgentflyError
 from agentfly_envs.runtime import EnvPool, LocalEnvPool, RayEnvPool, RemoteEnvError
 from agentfly_envs.runtime.remote import MAX_CONCURRENT_STEPS
 from agentfly_train.config import AGENT_TYPES, TINY_MODEL, ConfigError, TrainConfig, ignored_settings
-from agentfly_train.data import env_task_rows, file_task_rows, trl_dataset
+from agentfly_train.data import env_task_rows, file_task_rows, takes_data_files, trl_dataset
 from agentfly_train.generation import SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets
 
 RESULT_FILE = "result.json"
+RUN_CONFIG_FILE = "config.json"
+"""The run's resolved configuration in its run directory, written at start (``eval`` of the run's models reads it)."""
 ENV_VAL_SIZE = 256
 """Validation rows taken from an env's own task source (which may generate thousands) when ``data.val_size`` is
 ``null`` and no ``data.val_files`` are given."""
@@ -40,8 +42,9 @@ def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
     """
     agent = config.agent
     kwargs: dict[str, Any] = {**agent.env_kwargs, "parser": AGENT_TYPES[agent.agent_type], "max_turns": agent.max_turns}
-    if agent.env is None:  # the env is the rows of the data files (validation: of data.val_files)
-        kwargs["data_files"] = config.data.val_files if validation else config.data.train_files
+    files = config.data.val_files if validation else config.data.train_files
+    if agent.env is None or (files and takes_data_files(agent.env, kwargs)):  # the files' rows, never the Hub's
+        kwargs["data_files"] = files
     if agent.tools is not None:
         kwargs["tools"] = tuple(agent.tools)
     if agent.tool_options:
@@ -107,7 +110,7 @@ def train_rows(config: TrainConfig, env: gym.Env) -> list[dict[str, Any]]:
         ConfigError: a file cannot be read, has no rows, or a row lacks a field the task needs.
     """
     try:
-        if config.data.train_files and config.agent.env is not None:
+        if config.data.train_files:
             return file_task_rows(config.data.train_files, env, config.data.train_size)
         return env_task_rows(env, config.data.train_size)
     except AgentflyError as error:
@@ -126,7 +129,7 @@ def val_rows(config: TrainConfig, env: gym.Env | None) -> list[dict[str, Any]]:
     if env is None or config.data.val_size == 0:
         return []
     try:
-        if config.data.val_files and config.agent.env is not None:
+        if config.data.val_files:
             return file_task_rows(config.data.val_files, env, config.data.val_size)
         if config.data.val_size is None and not config.data.val_files:  # an env's own (maybe generated) tasks
             return env_task_rows(env, ENV_VAL_SIZE)
@@ -156,6 +159,18 @@ def check_search_backend(config: TrainConfig, rows: list[dict[str, Any]]) -> Non
                 f"rows have no 'context' field: set agent.tool_options={{{tool}: {{backend: bm25, corpus_file: "
                 f"FILE.jsonl}}}} or {{{tool}: {{backend: http, url: URL}}}}"
             )
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training (or the validation and saving after it).
+
+    Args:
+        step: The (optimiser) step under way, 1-based.
+    """
+
+    def __init__(self, step: int) -> None:
+        super().__init__(step)
+        self.step = step
 
 
 @dataclass
@@ -188,7 +203,7 @@ def env_pool(config: TrainConfig, kwargs: dict[str, Any]) -> EnvPool:
     """
     rollout = config.actor_rollout_ref.rollout
     if rollout.env_runtime == "local":
-        return LocalEnvPool(config.env_id, kwargs)
+        return LocalEnvPool(config.env_id, kwargs, step_timeout=rollout.env_step_timeout)
     try:
         return RayEnvPool(
             config.env_id,
@@ -225,32 +240,31 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any])
     )
 
 
-def resume_checkpoint(config: TrainConfig) -> str | None:
+def resume_checkpoint(config: TrainConfig) -> tuple[str | None, str | None]:
     """The checkpoint to resume from, per ``trainer.resume_mode`` (``auto``: the newest complete checkpoint in
-    ``trainer.default_local_dir``, skipping one a kill left half-written).
+    ``trainer.default_local_dir``, :func:`~agentfly_train.checkpoints.newest_complete`), and the line that says
+    which one it is and which newer ones were skipped, and why (``None``: a fresh run, nothing skipped).
 
     Raises:
-        ConfigError: ``resume_path`` names a directory that is not a checkpoint.
+        ConfigError: ``resume_path`` names a directory that is not a complete checkpoint.
     """
-    from transformers.trainer import TRAINER_STATE_NAME
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    from agentfly_train.checkpoints import checkpoint_problem, newest_complete, resume_note
 
     trainer = config.trainer
     if trainer.resume_mode == "disable":
-        return None
+        return None, None
     if trainer.resume_mode == "resume_path":
         path = Path(trainer.resume_from_path)
-        if not (path / TRAINER_STATE_NAME).is_file():
-            raise ConfigError(f"trainer.resume_from_path={str(path)!r} is not a checkpoint (no trainer_state.json)")
-        return str(path)
-    # A run killed while saving leaves a checkpoint directory without trainer_state.json (the Trainer writes
-    # it last): resume from the newest complete one.
-    complete = [
-        path
-        for path in Path(trainer.default_local_dir).glob(f"{PREFIX_CHECKPOINT_DIR}-*")
-        if path.name.rpartition("-")[2].isdigit() and (path / TRAINER_STATE_NAME).is_file()
-    ]
-    return str(max(complete, key=lambda path: int(path.name.rpartition("-")[2]))) if complete else None
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            raise ConfigError(
+                f"trainer.resume_from_path={str(path)!r} is not a complete checkpoint ({problem}): point it at a "
+                "checkpoint-N directory whose manifest.json checks, or set trainer.resume_mode=auto to resume from "
+                "the newest complete checkpoint in trainer.default_local_dir"
+            )
+        return str(path), f"resuming from {path}"
+    chosen, skipped = newest_complete(trainer.default_local_dir)
+    return (str(chosen) if chosen is not None else None), resume_note(chosen, skipped)
 
 
 def _check_world(config: TrainConfig, world_size: int, device: str) -> None:
@@ -276,6 +290,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     from transformers import set_seed
 
     from agentfly_train.callbacks import AgentCallback
+    from agentfly_train.checkpoints import remove_leftovers
     from agentfly_train.models import load_policy, training_device
     from agentfly_train.sft import golden_token_rows, warm_start
     from agentfly_train.sharding import unsharded_copy
@@ -287,14 +302,18 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     world_size = PartialState(cpu=device == "cpu").num_processes
     _check_world(config, world_size, device)
     if PartialState().is_main_process:
-        for note in ignored_settings(config):
+        for note in ignored_settings(config, world_size):
             print(f"note: {note}", file=sys.stderr)
     args = grpo_config(config, world_size, device)  # fails on bad sizes before any model is loaded
-    checkpoint = resume_checkpoint(config)
+    checkpoint, resume_line = resume_checkpoint(config)
+    if PartialState().is_main_process:
+        remove_leftovers(config.trainer.default_local_dir)
+        if resume_line is not None:
+            print(resume_line, file=sys.stderr)
     set_seed(config.trainer.seed)
     run_dir = Path(config.trainer.default_local_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    (run_dir / RUN_CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2))
 
     if config.agent.env is None and not config.data.train_files:
         raise ConfigError("no training tasks: set data.train_files, or agent.env to an env with its own tasks")
@@ -314,7 +333,9 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     result = RunResult(run_dir=str(run_dir))
 
     if config.sft.enable and checkpoint is None:
-        demos = golden_token_rows(train_env, codec, train_tasks[: config.sft.num_demos])
+        demos = golden_token_rows(
+            train_env, codec, train_tasks[: config.sft.num_demos], config.sft.guess_fraction, config.trainer.seed
+        )
         with tempfile.TemporaryDirectory() as scratch:
             result.sft_loss = warm_start(
                 model,
@@ -337,7 +358,11 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
 
     trainer = make_trainer(config, args, model, tokenizer, codec, train_tasks, val_tasks, world_size)
     callback = AgentCallback(
-        trainer, config.trainer.test_freq, config.trainer.val_before_train and bool(val_tasks), show_progress
+        trainer,
+        config.trainer.test_freq,
+        config.trainer.val_before_train and bool(val_tasks),
+        show_progress,
+        config.trainer.max_ckpt_to_keep,
     )
     _replace_console_callbacks(trainer, callback)
     try:
@@ -361,6 +386,9 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
         if trainer.is_fsdp_enabled:  # final/ holds a whole model, whatever the checkpoints' sharding
             trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
         trainer.save_model(str(run_dir / "final"))
+    except KeyboardInterrupt:
+        step = trainer.state.global_step + 1  # after the last step: validating or saving final/
+        raise RunInterrupted(min(step, trainer.state.max_steps or step)) from None
     finally:
         trainer.agent.executor.shutdown()
         trainer.agent.pool.close()

@@ -19,7 +19,8 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
   batch makes a single optimiser step, TRL skips old log-probs (the policy has not moved), and the loss's own
   forward gives π_train for the engine/trainer gap and the ``rollout_is`` weights: no extra pass over the batch.
 - ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the KL controller's state and the critic (weights
-  and optimiser) go into, and come back from, the ``checkpoint-N`` directory TRL writes.
+  and optimiser) go into, and come back from, the ``checkpoint-N`` directory TRL writes, which is written
+  atomically with a manifest (:mod:`agentfly_train.checkpoints`).
 
 ``tests/train/test_trl_contract.py`` pins the TRL behaviour we rely on.
 """
@@ -32,6 +33,8 @@ import copy
 import dataclasses
 import json
 import os
+import shutil
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +46,7 @@ import torch
 from torch import Tensor
 from trl import GRPOTrainer
 
-from agentfly_envs.runtime import EnvPool, RayEnvPool
+from agentfly_envs.runtime import EnvPool
 from agentfly_train.algorithms import (
     ROLLOUT_IS_METRICS,
     KLController,
@@ -65,6 +68,14 @@ from agentfly_train.batch import (
     sequences,
     step_denominator,
 )
+from agentfly_train.checkpoints import (
+    PREFIX,
+    CheckpointDiskFullError,
+    disk_full,
+    newest_complete,
+    publish,
+    staging_dir,
+)
 from agentfly_train.critic import Critic, CriticSettings
 from agentfly_train.generation import GenerationBackend, HFGenerationBackend, SamplingParams
 from agentfly_train.rollout import (
@@ -72,6 +83,7 @@ from agentfly_train.rollout import (
     EngineTime,
     RolloutBudgets,
     Trajectory,
+    reward_error_notes,
     run_rollouts,
     run_rollouts_async,
     summarize,
@@ -273,6 +285,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._batch_rewards: list[float] = []
         self._batch_baselines: list[float] = []
         self._train_samples_step, self._train_samples_written = -1, 0
+        self._reward_errors_noted: set[str] = set()  # reward failures already printed, once per distinct message
         self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
         _check_setup(self.rl, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)
         super().__init__(reward_funcs=[env_reward], rollout_func=self._rollout, **kwargs)
@@ -379,6 +392,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         return [reward[key] for key in keys]
 
     def _record_rollout(self, mode: str, trajectories: Sequence[Trajectory], seconds: float) -> None:
+        self._note_reward_errors(trajectories)
         stats = summarize(trajectories)
         env_seconds = stats.pop("env_seconds")
         metrics = self._metrics[mode]
@@ -391,11 +405,17 @@ class AgentGRPOTrainer(GRPOTrainer):
         for name, value in self._remote_failures().items():
             metrics[name].append(value)
 
+    def _note_reward_errors(self, trajectories: Sequence[Trajectory]) -> None:
+        """Prints, on the main process, one line on stderr per reward failure message not printed before."""
+        notes = reward_error_notes(trajectories, self._reward_errors_noted)
+        if self.accelerator.is_main_process:
+            for note in notes:
+                print(note, file=sys.stderr)
+
     def _remote_failures(self) -> dict[str, float]:
-        """``env/remote_failures``: env steps lost to a dead or timed-out Ray actor since the last call (remote
-        envs only)."""
-        pool = self.agent.pool
-        return {"env/remote_failures": sum(pool.pop_failures().values())} if isinstance(pool, RayEnvPool) else {}
+        """``env/remote_failures``: env resets and steps lost to a timeout (any runtime) or a dead Ray actor since
+        the last call."""
+        return {"env/remote_failures": sum(self.agent.pool.pop_failures().values())}
 
     def _save_train_samples(self, trajectories: Sequence[Trajectory]) -> None:
         """Appends up to ``log_train_generations`` episodes of the coming step to ``train_samples/step_<N>.jsonl``
@@ -702,18 +722,67 @@ class AgentGRPOTrainer(GRPOTrainer):
 
     # --- checkpoints ---------------------------------------------------------------------------------------------
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """TRL's checkpoint plus the KL controller and the critic, written first: TRL's ``trainer_state.json``,
-        written last, marks a complete checkpoint."""
-        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    _staging: Path | None = None
+    """While a checkpoint is saved, the directory the ``Trainer`` writes it into (:meth:`_get_output_dir`)."""
 
-        directory = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        if self.kl_ctrl is not None and self.args.should_save:
-            directory.mkdir(parents=True, exist_ok=True)
-            (directory / ALGORITHM_STATE_FILE).write_text(json.dumps({"kl_ctrl": self.kl_ctrl.state_dict()}))
-        if self.critic is not None:
-            self.critic.save(str(directory / CRITIC_DIR))
-        super()._save_checkpoint(model, trial)
+    def _get_output_dir(self, trial: Any) -> str:
+        """The run directory, or while a checkpoint is saved its staging directory (``checkpoint-K.tmp``)."""
+        return str(self._staging) if self._staging is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """TRL's checkpoint plus the KL controller and the critic, written atomically
+        (:mod:`agentfly_train.checkpoints`): every process writes its part into ``checkpoint-K.tmp/``, then the
+        main process adds the manifest and renames it to ``checkpoint-K``. A failed or interrupted save leaves no
+        staging directory behind.
+
+        Raises:
+            CheckpointDiskFullError: the disk filled up (one line naming the intact previous checkpoint).
+        """
+        run_dir = Path(super()._get_output_dir(trial))
+        staging = staging_dir(run_dir, self.state.global_step)
+        final = run_dir / f"{PREFIX}-{self.state.global_step}"
+        staged = staging / final.name
+        if self.args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)  # left by a kill during an earlier save of this step
+        self.accelerator.wait_for_everyone()
+        self._staging = staging
+        try:
+            if self.kl_ctrl is not None and self.args.should_save:
+                staged.mkdir(parents=True, exist_ok=True)
+                (staged / ALGORITHM_STATE_FILE).write_text(json.dumps({"kl_ctrl": self.kl_ctrl.state_dict()}))
+            if self.critic is not None:
+                self.critic.save(str(staged / CRITIC_DIR))
+            super()._save_checkpoint(model, trial)
+            self.accelerator.wait_for_everyone()
+            if self.args.should_save:
+                publish(staged, final)
+        except BaseException as error:
+            if not self.args.should_save:
+                raise
+            full = isinstance(error, Exception) and disk_full(error, run_dir)  # before the staging frees space
+            shutil.rmtree(staging, ignore_errors=True)
+            if not full:
+                raise
+            previous, _ = newest_complete(run_dir, check_contents=False)
+            state, action = (
+                (f"the previous checkpoint {previous.name} is intact", "resume")
+                if previous is not None
+                else ("there is no earlier checkpoint", "start over")
+            )
+            raise CheckpointDiskFullError(
+                f"no space left on device while writing {final.name} in {run_dir}; {state}; free space and rerun "
+                f"the same command to {action}"
+            ) from None
+        finally:
+            self._staging = None
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """The ``Trainer``'s warnings about a loaded checkpoint's missing and unexpected keys, without the tied
+        weights (``lm_head.weight`` = the input embeddings): ``save_pretrained`` leaves them out, and loading the
+        weight they are tied to restores them."""
+        tied = getattr(self.accelerator.unwrap_model(self.model), "all_tied_weights_keys", None) or {}
+        missing = [key for key in load_result.missing_keys if key not in tied or tied[key] in load_result.missing_keys]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """TRL's resume, plus the KL controller and the critic of the checkpoint."""
@@ -739,6 +808,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         with self._rollout_backend() as backend:
             stats, trajectories = self.agent.evaluate(backend, self.val_rows, self.val_batch_size)
+        self._note_reward_errors(trajectories)
         stats.pop("env_seconds")
         stats["timing/s"] = time.perf_counter() - start
         stats.update(self._remote_failures())

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentfly_train.config import ConfigError, TrainConfig
@@ -155,13 +157,27 @@ def reference_beta(config: TrainConfig) -> float:
 
 
 def report_to(config: TrainConfig) -> list[str]:
-    """TRL/HF ``report_to`` from ``trainer.logger``; wandb runs offline when no API key is configured."""
+    """TRL/HF ``report_to`` from ``trainer.logger``; wandb runs offline when no API key is configured, and the
+    main process says so in a ``note:`` line on stderr with what to do about it."""
     targets = [name for name in config.trainer.logger if name != "console"]
     if "wandb" in targets:
         os.environ.setdefault("WANDB_PROJECT", config.trainer.project_name)
         os.environ.setdefault("WANDB_DIR", config.trainer.default_local_dir)  # not the working directory
-        if not os.environ.get("WANDB_API_KEY"):
-            os.environ.setdefault("WANDB_MODE", "offline")
+        if not os.environ.get("WANDB_API_KEY") and "WANDB_MODE" not in os.environ:
+            # imported with WANDB_MODE set, transformers prints "[INFO] Running in WANDB offline mode"; imported
+            # first, it does not, and the note says what to do instead
+            import transformers.integrations.integration_utils  # noqa: F401
+            from accelerate import PartialState
+
+            os.environ["WANDB_MODE"] = "offline"
+            if PartialState().is_main_process:
+                runs = Path(os.environ["WANDB_DIR"]) / "wandb"
+                print(
+                    f"note: wandb logs offline to {runs} (no WANDB_API_KEY): set WANDB_API_KEY (or WANDB_MODE=online"
+                    f" after `wandb login`) to log online, or upload this run afterwards with `wandb sync "
+                    f"{runs}/offline-run-*`",
+                    file=sys.stderr,
+                )
     return targets
 
 

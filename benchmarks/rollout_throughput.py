@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
 
+import agentfly_train  # noqa: F401  (before trl: its warning filters, agentfly_train.quiet, must come first)
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 

@@ -1,10 +1,103 @@
 """The README's code and claims stay true."""
 
+import ast
 import re
 
-from tests.conftest import REPO_ROOT
+import pytest
+
+from tests.conftest import REPO_ROOT, documented_commands, normalise_command, readme_command, shell_commands
 
 README = (REPO_ROOT / "README.md").read_text()
+
+NOT_RUN = {
+    "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && "
+    "pip install -c .ci/constraints.txt -e '.[train,dev]' && python -m agentfly_train": (
+        "the setup: CI (.ci/run) installs the same way into a fresh venv, and the quickstart it ends with is "
+        "tests/train/test_learning.py's command"
+    ),
+    ". .venv/bin/activate && python -m pytest -q": "the test suite itself (the last line of .ci/run)",
+    "accelerate launch examples/trl_grpo.py model=Qwen/Qwen2.5-0.5B-Instruct grpo.use_cpu=false": (
+        "needs a GPU (grpo.use_cpu=false) and a Hub model; the CPU command above it runs in tests/e2e/test_examples.py"
+    ),
+    "accelerate launch --config_file configs/accelerate/fsdp.yaml -m agentfly_train "
+    "--config configs/gsm8k_calc_grpo.yaml": (
+        "needs GPUs (the FSDP config launches 8 GPU processes); FSDP2 on two CPU processes runs in "
+        "tests/train/test_distributed.py"
+    ),
+    "VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-3B-Instruct "
+    "--logprobs-mode processed_logprobs --enforce-eager --port 8000": (
+        "a 3B model from the Hub on a GPU; tests/train/test_vllm_server.py starts the same server on the tiny model"
+    ),
+    "python -m agentfly_train ... actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.mode=server "
+    "actor_rollout_ref.rollout.server_host=127.0.0.1 actor_rollout_ref.rollout.server_port=8000": (
+        "a template (`...` is the rest of a training command) for the server above; tests/train/test_vllm_server.py "
+        "trains with these keys"
+    ),
+    "ray start --head --node-ip-address=<head_ip> --port=6379": "needs several nodes (<head_ip> is a placeholder)",
+    "ray start --address=<head_ip>:6379": "needs several nodes (<head_ip> is a placeholder)",
+    "RAY_ADDRESS=<head_ip>:6379 python -m agentfly_train ... trainer.nnodes=2 trainer.n_gpus_per_node=8 "
+    "trainer.default_local_dir=/shared/runs/my-run": (
+        "needs 2 nodes of 8 GPUs; tests/train/test_ray_launch.py runs the Ray launch on one node's CPUs"
+    ),
+}
+"""The documented commands no test runs, each with why it cannot run here. Every other command of the README's and
+docs/*.md's shell blocks is run by the test marked ``@runs_readme_command`` with it."""
+
+
+def marked_commands() -> dict[str, str]:
+    """Every command named in a ``runs_readme_command(...)`` mark under tests/, normalised, with the test file."""
+    marked: dict[str, str] = {}
+    for path in sorted((REPO_ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "runs_readme_command":
+                for argument in node.args:
+                    where = f"{path.relative_to(REPO_ROOT)}:{argument.lineno}"
+                    assert isinstance(argument, ast.Constant) and isinstance(argument.value, str), (
+                        f"{where}: runs_readme_command takes the README's commands as string literals"
+                    )
+                    marked[normalise_command(argument.value)] = where
+    return marked
+
+
+def test_every_documented_command_is_run_by_a_test_or_says_why_not():
+    documented = documented_commands()
+    marked = marked_commands()
+    not_run = {normalise_command(command): reason for command, reason in NOT_RUN.items()}
+    untested = [f"{where}: {command}" for command, where in documented.items() if command not in {**marked, **not_run}]
+    assert not untested, (
+        "documented commands no test runs: mark the test that runs each with @runs_readme_command(...) and build it "
+        "with tests.conftest.readme_command, or list it in NOT_RUN with the reason:\n" + "\n".join(untested)
+    )
+    stale = [f"{where}: {command}" for command, where in marked.items() if command not in documented]
+    stale += [f"NOT_RUN: {command}" for command in not_run if command not in documented]
+    assert not stale, "commands no longer in the README or docs:\n" + "\n".join(stale)
+    assert not set(marked) & set(not_run), "a command is both run and listed in NOT_RUN"
+
+
+def test_commands_are_read_from_every_kind_of_shell_block():
+    text = (
+        "```bash\npython a.py --x 1 \\\n    --y 2   # comment\n\n# only a comment\nb c\n```\n"
+        "- item\n\n  ```sh\n  python -m pkg key=[a,b]\n  ```\n"
+        "```console\n$ echo hi\nhi\n```\n```python\nprint(1)\n```\n"
+    )
+    assert shell_commands(text, "doc.md") == {
+        "python a.py --x 1 --y 2": "doc.md:2",
+        "b c": "doc.md:6",
+        "python -m pkg 'key=[a,b]'": "doc.md:11",
+        "echo hi": "doc.md:14",
+    }
+
+
+def test_a_readme_command_is_run_with_only_the_named_changes():
+    command = readme_command(
+        "python -m agentfly_train report RUN_DIR --out /tmp/run.html", {"RUN_DIR": "x", "--out": "y.html"}, ["--z"]
+    )
+    assert command.argv[1:] == ["-m", "agentfly_train", "report", "x", "--out", "y.html", "--z"]
+    assert command.cli_arguments == ["report", "x", "--out", "y.html", "--z"] and command.env == {}
+    with pytest.raises(AssertionError, match=r"not a command of README\.md"):
+        readme_command("python -m agentfly_train report")
+    with pytest.raises(AssertionError, match="is not in"):
+        readme_command("python -m agentfly_train report RUN_DIR --out /tmp/run.html", {"OTHER": "x"})
 
 
 def test_quick_tour_runs_as_written(monkeypatch):

@@ -6,11 +6,12 @@ an actor steps up to :data:`MAX_CONCURRENT_STEPS` of its envs at once, in thread
 out :class:`RemoteEnv` proxies: Gymnasium envs whose ``reset`` and ``step`` run on their actor and block until it
 answers, so stepping several proxies from threads steps their envs concurrently.
 
-Failures keep the env contract. When a step finds its actor dead, or runs longer than ``step_timeout`` seconds,
-it returns an ``Error:`` observation and truncates the episode (reward: the env's ``truncation_reward``,
-``info["remote_failure"]``: ``actor_died`` or ``timeout``); the pool counts the failure
-(:meth:`RayEnvPool.pop_failures`) and replaces the actor (killing what is left of it), so the next ``reset`` starts
-on a fresh one. The other envs of a lost actor lose their episodes the same way at their next step.
+Failures keep the env contract, as under every runtime (:mod:`agentfly_envs.runtime.failures`). When a step finds
+its actor dead, or runs longer than ``step_timeout`` seconds, it returns an ``Error:`` observation and truncates the
+episode (reward: the env's ``truncation_reward``, ``info["remote_failure"]``: ``actor_died`` or ``timeout``); the
+pool counts the failure (:meth:`RayEnvPool.pop_failures`) and replaces the actor (killing what is left of it), so
+the next ``reset`` starts on a fresh one. The other envs of a lost actor lose their episodes the same way at their
+next step.
 
 Ray is imported when a pool is built, not with this module.
 """
@@ -18,18 +19,17 @@ Ray is imported when a pool is built, not with this module.
 from __future__ import annotations
 
 import threading
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
+from agentfly_envs.runtime.failures import FailureCounts, WorkerLost, lost_episode
+
 INSTALL_HINT = 'needs Ray (the "ray" extra): pip install "agentfly-rl[ray]", or pip install "ray>=2.40"'
 MAX_CONCURRENT_STEPS = 64
 """Envs of one actor stepped at the same time (the actor's threads)."""
-FAILURE_KINDS = ("actor_died", "timeout")
-"""Keys of :meth:`RayEnvPool.pop_failures`."""
 START_TIMEOUT_S = 120.0
 """How long building an env may take, its actor's start included (a new process importing the env's modules)."""
 CLOSE_TIMEOUT_S = 10.0
@@ -47,14 +47,6 @@ def ray_available() -> bool:
 
 class RemoteEnvError(RuntimeError):
     """Remote envs could not be started or reset: their actors cannot be placed, or keep dying."""
-
-
-class _WorkerLost(Exception):
-    """A call found its actor dead (``actor_died``) or ran past the step timeout (``timeout``)."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
 
 
 class _EnvHost:
@@ -88,6 +80,10 @@ class _EnvHost:
 
     def step(self, slot: int, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         return self.envs[slot].step(action)
+
+    def running_tool(self, slot: int) -> str | None:
+        """The tool env ``slot`` is running, if any (asked of a step past its timeout)."""
+        return getattr(self.envs[slot].unwrapped, "running_tool", None)
 
     def close(self, slot: int) -> None:
         env = self.envs.pop(slot, None)
@@ -132,7 +128,7 @@ class RemoteEnv(gym.Env):
                     self._call(actor, START_TIMEOUT_S, "make")
                     self._actor = actor
                 observation, info = self._call(self._actor, self._pool.step_timeout, "reset", seed, options)
-            except _WorkerLost as lost:
+            except WorkerLost as lost:
                 kind = lost.kind
                 continue
             self._error_counts = {}
@@ -151,8 +147,8 @@ class RemoteEnv(gym.Env):
             observation, reward, terminated, truncated, info = self._call(
                 self._actor, self._pool.step_timeout, "step", action
             )
-        except _WorkerLost as lost:
-            return self._lost_episode(lost.kind)
+        except WorkerLost as lost:
+            return lost_episode(lost, self._pool.step_timeout, self._error_counts, self.truncation_reward)
         self._error_counts = dict(info.get("error_counts", {}))
         return observation, reward, terminated, truncated, info
 
@@ -171,26 +167,22 @@ class RemoteEnv(gym.Env):
         except RayTaskError as error:  # the env itself raised: the caller gets the env's own exception
             raise error.cause from None
         except GetTimeoutError:
-            kind = "timeout"
+            lost = WorkerLost("timeout", self._running_tool(actor))
         except RayActorError:
-            kind = "actor_died"
+            lost = WorkerLost("actor_died")
         self._actor = None
-        self._pool._lost(self._worker, actor, kind)
-        raise _WorkerLost(kind)
+        self._pool._lost(self._worker, actor, lost.kind)
+        raise lost
 
-    def _lost_episode(self, kind: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        what = f"timed out after {self._pool.step_timeout:g} s" if kind == "timeout" else "died"
-        text = f"Error: the worker running this environment {what}; the episode ends here."
-        info = {
-            "messages": [{"role": "tool", "name": "error", "content": text}],
-            "tool_calls": [],
-            "parse_errors": [],
-            "error_counts": self._error_counts,
-            "answer": None,
-            "reward_components": {},
-            "remote_failure": kind,
-        }
-        return text, self.truncation_reward, False, True, info
+    def _running_tool(self, actor: Any) -> str | None:
+        """The tool a stuck step is running, asked of its actor's other threads (``None``: no answer in 5 s)."""
+        import ray
+        from ray.exceptions import RayError
+
+        try:
+            return ray.get(actor.running_tool.remote(self._slot), timeout=5.0)
+        except RayError:
+            return None
 
 
 class RayEnvPool:
@@ -255,7 +247,7 @@ class RayEnvPool:
             num_cpus=worker_cpus, resources=dict(worker_resources or {}), max_concurrency=MAX_CONCURRENT_STEPS
         )
         self._lock = threading.Lock()
-        self._failures: Counter[str] = Counter()
+        self._failures = FailureCounts()
         self._workers = [self._spawn() for _ in range(num_workers)]
         self.envs: list[RemoteEnv] = []
         self._wait_started()
@@ -294,11 +286,8 @@ class RayEnvPool:
         return list(self.envs[:count])
 
     def pop_failures(self) -> dict[str, int]:
-        """Failed remote calls since the last call, by kind (:data:`FAILURE_KINDS`)."""
-        with self._lock:
-            counts = {kind: self._failures[kind] for kind in FAILURE_KINDS}
-            self._failures.clear()
-        return counts
+        """Failed remote calls since the last call, by kind (:data:`~agentfly_envs.runtime.failures.FAILURE_KINDS`)."""
+        return self._failures.pop()
 
     def close(self) -> None:
         """Closes the envs, stops the actors, and shuts Ray down if this pool started it."""
@@ -344,7 +333,7 @@ class RayEnvPool:
         import ray
 
         with self._lock:
-            self._failures[kind] += 1
+            self._failures.add(kind)
             if self._workers and self._workers[worker] is actor:
                 ray.kill(actor)  # stuck (timeout) or unreachable: it must not keep its reservation
                 self._workers[worker] = self._spawn()

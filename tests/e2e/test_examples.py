@@ -7,16 +7,29 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, needs_scienceworld, needs_textarena, needs_textworld_express, skip_without_vllm
+from tests.conftest import (
+    NEEDS_TRAIN_EXTRA,
+    REPO_ROOT,
+    needs_scienceworld,
+    needs_textarena,
+    needs_textworld_express,
+    noise_lines,
+    readme_command,
+    runs_readme_command,
+    skip_without_vllm,
+)
 
 
-def run_script(*args: str, timeout: int = 600) -> str:
-    # The scripts import this checkout's packages, whatever copy of them is installed.
+def run_script(*args: str, timeout: int = 600, quiet: bool = False) -> str:
+    """Runs a script of this checkout (its packages first on the path) and returns its stdout; with ``quiet``,
+    also checks that its output has no :func:`~tests.conftest.noise_lines`."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout, check=False, env=env
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    if quiet:
+        assert noise_lines(result.stdout + result.stderr) == []
     return result.stdout
 
 
@@ -43,24 +56,46 @@ def test_gymnasium_loop_hf_policy_with_tiny_model():
 
 
 @pytest.mark.slow
-def test_stock_trl_example(tmp_path):
+@runs_readme_command("python examples/trl_grpo.py grpo.max_steps=1")
+def test_stock_trl_example(readme, tmp_path):
     pytest.importorskip("trl")
-    out = run_script("examples/trl_grpo.py", "grpo.max_steps=1", f"grpo.output_dir={tmp_path}", "env.num_rows=4")
+    out = run_script(*readme_command(readme, add=[f"grpo.output_dir={tmp_path}", "env.num_rows=4"]).argv[1:])
     assert "rewards/ArithCalcTRLEnvironment/mean" in out
 
 
-def test_env_throughput_benchmark(tmp_path, gsm8k_sample):
+@runs_readme_command(
+    "python benchmarks/env_throughput.py --gsm8k ../shared/data/gsm8k/test.jsonl --workers 2 "
+    "--json benchmarks/results/env_throughput.json"
+)
+def test_env_throughput_benchmark(readme, tmp_path, gsm8k_sample):
     result_file = tmp_path / "bench.json"
-    out = run_script(
-        "benchmarks/env_throughput.py", "--gsm8k", str(gsm8k_sample), "--arith-episodes", "50",
-        "--vector-steps", "20", "--python-episodes", "1", "--repeats", "1", "--json", str(result_file),
+    command = readme_command(
+        readme, {"--gsm8k": str(gsm8k_sample), "--json": str(result_file)},
+        ["--arith-episodes", "50", "--vector-steps", "20", "--python-episodes", "1", "--repeats", "1"],
     )  # fmt: skip
+    out = run_script(*command.argv[1:])
     results = json.loads(result_file.read_text())
     assert set(results) == {"Arith-Calc (hard)", "GSM8K-Calc", "Arith, python tool"}
     assert results["GSM8K-Calc"]["single"]["golden_solved"] == 1.0
     assert results["GSM8K-Calc"]["calculator_matches_annotation"] == 1.0
-    assert results["Arith-Calc (hard)"]["single"]["env_steps_per_s"] > 0
+    arith = results["Arith-Calc (hard)"]
+    rates = arith["single"]
+    assert arith["episodes"] == 50  # --arith-episodes
+    # a golden episode is one env step per calculator call (one per annotation) plus the final answer
+    assert rates["env_steps_per_s"] == pytest.approx(rates["calculator_calls_per_s"] + rates["episodes_per_s"])
+    calls_per_episode = rates["calculator_calls_per_s"] / rates["episodes_per_s"]
+    assert calls_per_episode == pytest.approx(arith["annotations"] / arith["episodes"])
     assert "env steps/s" in out
+
+
+def assert_steps_follow_the_gold_paths(result: dict) -> None:
+    """A world benchmark's steps per episode (the ratio of two of its rates) against the mean gold path length,
+    counted separately: the bare world plays every gold command; the env may end an episode before the path's end
+    (the task done), never after it."""
+    rates = result["bare_world"], result["single"]
+    bare, single = (rate["env_steps_per_s"] / rate["episodes_per_s"] for rate in rates)
+    assert bare == pytest.approx(result["mean_gold_path"])
+    assert 1 <= single <= bare * (1 + 1e-9)
 
 
 @needs_textworld_express
@@ -72,72 +107,125 @@ def test_env_demo_on_a_world():
 
 
 @needs_textworld_express
-def test_world_throughput_benchmark(tmp_path):
+@runs_readme_command(
+    "python benchmarks/world_throughput.py --games Coin Cooking Commonsense --episodes 200 --workers 2 --repeats 3 "
+    "--json benchmarks/results/world_throughput.json"
+)
+def test_world_throughput_benchmark(readme, tmp_path):
     result_file = tmp_path / "world.json"
-    out = run_script(
-        "benchmarks/world_throughput.py", "--games", "Coin", "SimonSays", "--episodes", "10", "--vector-steps", "20",
-        "--repeats", "1", "--json", str(result_file),
-    )  # fmt: skip
+    command = readme_command(
+        readme, {"--episodes": "6", "--repeats": "1", "--json": str(result_file)}, ["--vector-steps", "20"]
+    )
+    out = run_script(*command.argv[1:])
     results = json.loads(result_file.read_text())
-    assert set(results) == {"Coin", "SimonSays"}
+    assert set(results) == {"Coin", "Cooking", "Commonsense"}
     for result in results.values():
         assert result["bare_world"]["golden_solved"] == result["single"]["golden_solved"] == 1.0
-        assert result["single"]["env_steps_per_s"] > 0 and result["first_game_s"] > result["reset_s"] > 0
+        assert result["first_game_s"] > result["reset_s"] > 0
+        assert_steps_follow_the_gold_paths(result)
     assert "env steps/s" in out and "JVM start + first game" in out
 
 
 @needs_textarena
-def test_world_throughput_benchmark_on_puzzles(tmp_path):
+@runs_readme_command(
+    "python benchmarks/world_throughput.py --games --puzzles TowerOfHanoi FrozenLake Mastermind Sokoban Minesweeper "
+    "--episodes 100 --workers 2 --vector-steps 500 --repeats 3 --json benchmarks/results/puzzle_throughput.json"
+)
+def test_world_throughput_benchmark_on_puzzles(readme, tmp_path):
     result_file = tmp_path / "puzzles.json"
-    out = run_script(
-        "benchmarks/world_throughput.py", "--games", "--puzzles", "Mastermind", "FrozenLake", "--episodes", "5",
-        "--vector-steps", "20", "--repeats", "1", "--json", str(result_file),
-    )  # fmt: skip
+    command = readme_command(
+        readme, {"--episodes": "5", "--vector-steps": "20", "--repeats": "1", "--json": str(result_file)}
+    )
+    out = run_script(*command.argv[1:])
     results = json.loads(result_file.read_text())
-    assert set(results) == {"TextArena-Mastermind", "TextArena-FrozenLake"}
+    games = ("TowerOfHanoi", "FrozenLake", "Mastermind", "Sokoban", "Minesweeper")
+    assert set(results) == {f"TextArena-{game}" for game in games}
     for result in results.values():
         assert result["bare_world"]["golden_solved"] == result["single"]["golden_solved"] == 1.0
         assert result["sync_x2"]["golden_solved"] == 1.0 and result["reset_s"] > 0
+        assert_steps_follow_the_gold_paths(result)
     assert "agentfly/TextArena-Mastermind: 5 golden episodes" in out and "first game" in out
 
 
 @needs_scienceworld
-def test_world_throughput_benchmark_on_scienceworld(tmp_path):
+@runs_readme_command(
+    "python benchmarks/world_throughput.py --games Coin --scienceworld boil chemistry-mix find-animal "
+    "identify-life-stages-2 inclined-plane-determine-angle lifespan-longest-lived test-conductivity use-thermometer "
+    "--episodes 24 --workers 2 --vector-steps 300 --repeats 3 --json benchmarks/results/scienceworld_throughput.json"
+)
+def test_world_throughput_benchmark_on_scienceworld(readme, tmp_path):
     result_file = tmp_path / "scienceworld.json"
-    out = run_script(
-        "benchmarks/world_throughput.py", "--games", "--scienceworld", "find-animal", "lifespan-longest-lived",
-        "--episodes", "2", "--vector-steps", "10", "--repeats", "1", "--json", str(result_file),
-    )  # fmt: skip
+    command = readme_command(
+        readme,
+        {  # two of the eight tasks (gold paths take seconds to generate), Coin's figures as in the README
+            "--scienceworld": ["find-animal", "lifespan-longest-lived"],
+            "--episodes": "2",
+            "--vector-steps": "10",
+            "--repeats": "1",
+            "--json": str(result_file),
+        },
+    )
+    out = run_script(*command.argv[1:])
     result = json.loads(result_file.read_text())["ScienceWorld"]
     assert result["bare_world"]["golden_solved"] == result["single"]["golden_solved"] == 1.0
     assert result["first_game_s"] > result["reset_s"] > 0
+    assert_steps_follow_the_gold_paths(result)
     assert "agentfly/ScienceWorld: 2 golden episodes" in out and "JVM start + first game" in out
 
 
 @pytest.mark.slow
-def test_rollout_throughput_benchmark_with_vllm_and_a_slow_tool(tmp_path):
-    skip_without_vllm()
+@runs_readme_command(
+    "python benchmarks/rollout_throughput.py --episodes 64 --repeats 5 "
+    "--json benchmarks/results/rollout_throughput.json",
+    "python benchmarks/rollout_throughput.py --episodes 64 --repeats 5 --greedy "
+    "--json benchmarks/results/rollout_throughput_greedy.json",
+    "python benchmarks/rollout_throughput.py --vllm --episodes 64 --repeats 3 "
+    "--json benchmarks/results/rollout_vllm.json",
+    "python benchmarks/rollout_throughput.py --vllm --episodes 64 --repeats 3 --tool-latency-ms 50 200 "
+    "--json benchmarks/results/rollout_vllm_slow_tool.json",
+)
+def test_rollout_throughput_benchmark(readme, tmp_path):
+    pytest.importorskip("trl", reason=NEEDS_TRAIN_EXTRA)
+    vllm = "--vllm" in readme
+    if vllm:
+        skip_without_vllm()
     result_file = tmp_path / "rollout.json"
-    out = run_script(
-        "benchmarks/rollout_throughput.py", "--vllm", "--episodes", "4", "--chains", "2", "--repeats", "1",
-        "--sft-steps", "2", "--response-length", "64", "--max-turns", "2", "--tool-latency-ms", "1", "2",
-        "--json", str(result_file),
-    )  # fmt: skip
+    sizes = {"--episodes": "4", "--repeats": "1", "--json": str(result_file)}
+    if "--tool-latency-ms" in readme:
+        sizes["--tool-latency-ms"] = ["1", "2"]
+    command = readme_command(readme, sizes, ["--chains", "2", "--sft-steps", "2", "--response-length", "64",
+                                             "--max-turns", "2"])  # fmt: skip
+    out = run_script(*command.argv[1:], quiet=True)
     summary = json.loads(result_file.read_text())["summary"]
-    assert {"agentfly", "agentfly-vllm-sync", "agentfly-vllm-async", "trl"} <= set(summary)
-    for name in ("agentfly-vllm-sync", "agentfly-vllm-async"):
-        assert summary[name]["tokens_per_s"] > 0 and 0 <= summary[name]["engine_idle_fraction"] < 1
-    assert "ratio agentfly-vllm-async/trl" in out
+    engines = ("agentfly", "agentfly-vllm-sync", "agentfly-vllm-async", "trl") if vllm else ("agentfly", "trl")
+    assert set(engines) <= set(summary)
+    for name in engines:
+        row = summary[name]
+        assert row["episodes_per_s"] * row["seconds"] == pytest.approx(4)  # --episodes 4 in one batch
+        assert row["tokens_per_s"] == pytest.approx(row["tokens_per_episode"] * row["episodes_per_s"])
+        assert 1 <= row["tokens_per_episode"] <= 64  # --response-length 64 budgets an episode's sampled tokens
+    for name in engines[:-1]:
+        assert 0 <= summary[name]["engine_idle_fraction"] < 1
+        ratio = summary[f"ratio {name}/trl"]["tokens_per_s"]
+        assert ratio == pytest.approx(summary[name]["tokens_per_s"] / summary["trl"]["tokens_per_s"])
+    assert f"ratio {engines[-2]}/trl" in out
 
 
 @pytest.mark.slow
-def test_step_time_benchmark(tmp_path):
+@runs_readme_command(
+    "python benchmarks/step_time.py --steps 8 --out benchmarks/results/step_time.json",
+    "python benchmarks/step_time.py --steps 8 --out benchmarks/results/step_time_rollout_is.json "
+    "algorithm.rollout_correction.rollout_is=token",
+)
+def test_step_time_benchmark(readme, tmp_path):
     skip_without_vllm()
     result_file = tmp_path / "step_time.json"
-    out = run_script(
-        "benchmarks/step_time.py", "--steps", "2", "--out", str(result_file), "sft.steps=2", "sft.num_demos=8",
-        "data.train_batch_size=2", "agent.num_chains=2", "agent.max_tokens_per_turn=16",
+    command = readme_command(
+        readme, {"--steps": "2", "--out": str(result_file)},
+        ["sft.steps=2", "sft.num_demos=8", "data.train_batch_size=2", "agent.num_chains=2",
+         "agent.max_tokens_per_turn=16"],
     )  # fmt: skip
+    out = run_script(*command.argv[1:])
     figures = json.loads(result_file.read_text())
     for engine in ("hf", "vllm"):
         parts = figures[engine]
@@ -156,17 +244,23 @@ def test_vllm_step_cost_benchmark():
     assert [int(row[1]) for row in rows] == [2, 8] and all(float(row[3]) > 0 for row in rows)
 
 
-def test_sandbox_latency_benchmark(tmp_path):
+@runs_readme_command("python benchmarks/sandbox_latency.py --json benchmarks/results/sandbox_latency.json")
+def test_sandbox_latency_benchmark(readme, tmp_path):
     result_file = tmp_path / "sandbox.json"
-    out = run_script(
-        "benchmarks/sandbox_latency.py", "--repeats", "20", "--seconds", "0.3", "--threads", "2",
-        "--json", str(result_file),
-    )  # fmt: skip
+    command = readme_command(
+        readme, {"--json": str(result_file)}, ["--repeats", "20", "--seconds", "0.3", "--threads", "2"]
+    )
+    out = run_script(*command.argv[1:])
     results = json.loads(result_file.read_text())
     assert results["latency"]["trivial call (warm session)"]["p50_ms"] < 30
     assert 45 < results["latency"]["50 ms computation (warm session)"]["p50_ms"] < 500
     rates = results["throughput_calls_per_s"]
-    assert len(rates) == 4 and all(rate > 0 for rate in rates.values())
+    assert len(rates) == 4
+    for workers in (1, 2):
+        label = f"{workers} worker{'s' * (workers > 1)}"
+        # a worker runs one call at a time: at most 20 calls of 50 ms per second each (5 % for timer granularity)
+        assert 0 < rates[f"50 ms computation, {label}"] <= 21 * workers
+        assert rates[f"trivial call, {label}"] > rates[f"50 ms computation, {label}"]
     assert "p50 ms" in out and "calls/s" in out
 
 

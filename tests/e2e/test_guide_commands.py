@@ -16,8 +16,9 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, SMALL_VLLM_ENGINE
-from tests.train.conftest import run_cli
+from tests.conftest import REPO_ROOT, SMALL_VLLM_ENGINE, needs_train_extra, noise_lines, run_cli
+
+pytestmark = needs_train_extra  # the CLI loads its configuration with hydra
 
 BASIC_MATH = """
     algorithm.adv_estimator=grpo
@@ -200,6 +201,8 @@ def test_guide_example_command_trains(name, tmp_path):
     result = run_cli([sys.executable, "-m", "agentfly_train", "train", "--no-progress", *arguments, *extra])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Traceback" not in result.stderr
+    assert noise_lines(result.stdout + result.stderr) == []
+    assert result.stderr.count("note: wandb logs offline") == 1  # trainer.logger lists wandb; no WANDB_API_KEY
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in records if "loss" in r or "actor/pg_loss" in r or "reward/mean" in r]
     assert sorted(set(steps)) == [1, 2], records

@@ -3,10 +3,12 @@ import pytest
 from gymnasium.error import ResetNeeded
 
 import agentfly_envs  # noqa: F401
-from agentfly_envs import ERROR_KINDS, EpisodeFinishedError, TaskFormatError, ToolEnv
+from agentfly_envs import ERROR_KINDS, TOOLS, EpisodeFinishedError, TaskFormatError, ToolEnv
 from agentfly_envs.core import truncate_middle
 from agentfly_envs.parsers import PARSERS
+from agentfly_envs.rewards import REWARDS, RewardResult
 from tests.envs.hostile import HOSTILE_ACTIONS
+from tests.envs.tools.test_base import NAP
 
 ROW = {"question": "Ava has 3 bags of 4 apples. How many apples?", "answer": "3*4=<<3*4=12>>12\n#### 12"}
 
@@ -59,13 +61,52 @@ def test_tool_turn_then_correct_answer(env):
         {"role": "tool", "name": "calculator", "tool_call_id": info["tool_calls"][0]["id"], "content": "12"}
     ]
     assert info["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": "3*4"}}
-    assert len(info["tool_latency_s"]) == 1 and info["tool_latency_s"][0] >= 0
+    assert len(info["tool_latency_s"]) == 1  # its value: test_tool_latency_is_reported_per_call
     assert info["turn"] == 1 and info["answer"] is None and info["reward_components"] == {}
 
     observation, reward, terminated, truncated, info = env.step("So there are \\boxed{12} apples.")
     assert (observation, reward, terminated, truncated) == ("", 1.0, True, False)
     assert info["messages"] == [] and info["answer"] == "So there are \\boxed{12} apples."
     assert info["reward_components"] == {"answer_found": 1.0, "correct": 1.0}
+
+
+def test_tool_latency_is_reported_per_call(monkeypatch):
+    monkeypatch.setitem(TOOLS._entries, "nap", NAP)
+    env = ToolEnv(tools=("nap",))
+    env.reset(options={"task": ROW})
+    nap = '<tool_call>\n{{"name": "nap", "arguments": {{"seconds": {}}}}}\n</tool_call>'
+    calls = nap.format(0.05) + nap.format(0.1)
+    info = env.step(calls)[4]
+    first, second = info["tool_latency_s"]
+    assert 0.05 <= first < 1 and 0.1 <= second < 1
+
+
+def _raises(response, ground_truth):
+    raise ValueError(f"cannot score a {len(response)}-character answer\nsecond line")
+
+
+@pytest.mark.parametrize(
+    ("reward_fn", "reason"),
+    [
+        (_raises, "raised ValueError: cannot score a 17-character answer second line"),
+        (lambda response, truth: RewardResult(float("nan")), "returned a non-finite score (nan)"),
+        (lambda response, truth: RewardResult("high"), "returned a score of type str ('high'), not a number"),
+        (lambda response, truth: 0.5, "returned float 0.5, not a RewardResult"),
+    ],
+    ids=["raises", "nan", "string", "bare_float"],
+)
+def test_a_failing_reward_scores_zero_and_says_why_in_info(monkeypatch, reward_fn, reason):
+    monkeypatch.setitem(REWARDS._entries, "flaky", reward_fn)
+    env = gym.make("agentfly/Arith-Calc", reward="flaky")
+    env.reset(options={"task": ROW})
+    _, reward, terminated, truncated, info = env.step("It is \\boxed{12}.")
+    assert (reward, terminated, truncated) == (0.0, True, False) and type(reward) is float
+    assert info["reward_error"] == f"reward function 'flaky' {reason}" and info["reward_components"] == {}
+
+
+def test_a_working_reward_reports_no_reward_error(env):
+    env.reset(options={"task": ROW})
+    assert "reward_error" not in env.step("It is \\boxed{12}.")[4]
 
 
 def test_wrong_answer_scores_zero(env):

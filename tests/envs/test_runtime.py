@@ -9,13 +9,18 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 
+import gymnasium as gym
 import pytest
 from gymnasium.error import ResetNeeded
 
 from agentfly_envs.runtime import LocalEnvPool, RayEnvPool, RemoteEnv, RemoteEnvError
 from agentfly_envs.runtime import remote as remote_runtime
+from agentfly_envs.spaces import TextSpace
+from agentfly_envs.tools import TOOLS
 from tests.conftest import OFFLINE_KWARGS, REPO_ROOT, kill_actor, lines_printed_without
+from tests.envs.tools.test_base import NAP
 
 ENV_ID = "agentfly/Math-Python"
 KWARGS = {**OFFLINE_KWARGS[ENV_ID], "max_turns": 4}
@@ -28,6 +33,86 @@ def python_call(code: str) -> str:
 def comparable(info: dict) -> str:
     """A step's info without what differs between any two runs: timings and the random tool-call ids."""
     return re.sub(r"call_[0-9a-f]{12}", "call_ID", json.dumps({k: v for k, v in info.items() if k != "tool_latency_s"}))
+
+
+def nap_call(seconds: float) -> str:
+    return f'<tool_call>{{"name": "nap", "arguments": {{"seconds": {seconds}}}}}</tool_call>'
+
+
+@pytest.mark.timeout(30)
+def test_a_local_step_past_the_timeout_ends_the_episode_and_a_fresh_env_takes_the_stuck_ones_place(monkeypatch):
+    monkeypatch.setitem(TOOLS._entries, "nap", NAP)
+    pool = LocalEnvPool("agentfly/Arith-Calc", {"tools": ["nap"], "truncation_reward": -0.5}, step_timeout=0.5)
+    env = pool.take(1)[0]
+    env.reset(options={"index": 0})
+    assert env.step(nap_call(0.01))[0] == "rested"
+    stuck = env.unwrapped
+    start = time.perf_counter()
+    observation, reward, terminated, truncated, info = env.step(nap_call(10))
+    assert time.perf_counter() - start < 3
+    assert observation == "Error: the environment step timed out after 0.5 s (in tool 'nap'); the episode ends here."
+    assert (reward, terminated, truncated) == (-0.5, False, True)
+    assert info["remote_failure"] == "timeout" and info["messages"][0]["content"] == observation
+    assert pool.pop_failures() == {"actor_died": 0, "timeout": 1}
+    with pytest.raises(ResetNeeded, match=r"episode was lost to a step timeout"):
+        env.step(nap_call(0.01))
+    env.reset(options={"index": 1})
+    assert env.unwrapped is not stuck and pool.take(1) == [env]
+    assert env.step(nap_call(0.01))[:4] == ("rested", 0.0, False, False)
+    assert pool.pop_failures() == {"actor_died": 0, "timeout": 0}
+    pool.close()
+
+
+class HangingReset(gym.Env):
+    """A toy env whose first ``hangs`` resets (counted over all instances) sleep for a minute."""
+
+    observation_space = action_space = TextSpace(64)
+    hangs = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if HangingReset.hangs > 0:
+            HangingReset.hangs -= 1
+            time.sleep(60)
+        return "ready", {}
+
+
+@pytest.mark.timeout(30)
+def test_a_local_reset_past_the_timeout_is_retried_once_on_a_fresh_env(monkeypatch):
+    gym.register("test/HangingReset", entry_point=HangingReset)
+    monkeypatch.setattr(HangingReset, "hangs", 1)
+    try:
+        pool = LocalEnvPool("test/HangingReset", {}, step_timeout=0.3)
+        env = pool.take(1)[0]
+        first = env.unwrapped
+        assert env.reset() == ("ready", {}) and env.unwrapped is not first
+        assert pool.pop_failures() == {"actor_died": 0, "timeout": 1}
+        HangingReset.hangs = 2
+        with pytest.raises(RemoteEnvError, match=r"^env 0 of test/HangingReset: reset timed out twice \(step_timeout"):
+            env.reset()
+        pool.close()
+    finally:
+        del gym.registry["test/HangingReset"]
+
+
+def test_a_stuck_local_step_does_not_hold_up_the_interpreters_exit():
+    code = textwrap.dedent("""
+        import time
+        from agentfly_envs.runtime import LocalEnvPool
+        from agentfly_envs.tools import TOOLS
+        from tests.envs.tools.test_base import NAP
+        TOOLS.add("nap", NAP)
+        pool = LocalEnvPool("agentfly/Arith-Calc", {"tools": ["nap"]}, step_timeout=0.2)
+        env = pool.take(1)[0]
+        env.reset(options={"index": 0})
+        print(env.step('<tool_call>{"name": "nap", "arguments": {"seconds": 600}}</tool_call>')[0])
+        pool.close()
+    """)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Error: the environment step timed out after 0.2 s (in tool 'nap')")
+    assert time.perf_counter() - start < 30
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +183,9 @@ def test_a_step_past_the_timeout_ends_the_episode_and_the_next_one_runs(pool):
         observation, _, _, truncated, info = env.step(python_call("import time; time.sleep(8)"))
     finally:
         pool.step_timeout = 60.0
-    assert observation == "Error: the worker running this environment timed out after 2 s; the episode ends here."
+    assert observation == (
+        "Error: the environment step timed out after 2 s (in tool 'python_executor'); the episode ends here."
+    )
     assert truncated and info["remote_failure"] == "timeout"
     assert pool.pop_failures() == {"actor_died": 0, "timeout": 1}
     assert pool.actors[1] is not stuck

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentfly_train.config import QUICKSTART, TrainConfig, load_config
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_cli  # noqa: F401  (run_cli: the trainer tests import it from here)
 
 
 def quickstart_config(overrides: Sequence[str] = ()) -> TrainConfig:
@@ -36,25 +34,6 @@ LEARNING_TASKS = learning_tasks()
 WARM_START_STEPS = 60
 """SFT steps (lr 3e-3) on the tasks' golden episodes that give the tiny model the tool-call format: sampling at
 temperature 1 then solves about four episodes in ten (the failures are calculator calls with a wrong operand)."""
-
-
-def run_cli(
-    command: list[str], timeout: float = 300, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Runs a command line from the repository root with this checkout's packages first on ``PYTHONPATH``
-    (whatever copy of them is installed) and ``env`` added to the environment, capturing its text output; a
-    failure is returned, not raised."""
-    env = env or {}
-    path = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        command,
-        cwd=REPO_ROOT,
-        env={**os.environ, **env, "PYTHONPATH": path},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 FSDP_ON_CPU = Path(__file__).parent / "fsdp_on_cpu"

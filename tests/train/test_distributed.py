@@ -26,7 +26,18 @@ def test_ppo_with_kl_in_reward_trains_on_two_processes(tmp_path):
     records = MetricsFile(tmp_path / "metrics.jsonl").read()
     assert [record["step"] for record in records] == [1, 2, 3, 4]
     for record in records:
-        assert all(math.isfinite(record[key]) for key in ("loss", "critic/vf_loss", "actor/kl_loss"))
+        # known values: each batch trains one epoch on-policy (ratio 1), so the policy term is the token mean of the
+        # whitened advantages: 0; the loss adds kl_loss_coef (0.001) x the KL loss (entropy_coeff is 0)
+        assert abs(record["actor/pg_loss"]) < 1e-6
+        assert record["loss"] == pytest.approx(record["actor/pg_loss"] + 0.001 * record["actor/kl_loss"], abs=1e-8)
+        assert math.isfinite(record["critic/vf_loss"])
+    # the policy is its reference until the first update, and moves away from it after
+    assert records[0]["actor/kl_loss"] == records[0]["actor/reward_kl_penalty"] == 0
+    assert all(record["actor/kl_loss"] > 0 for record in records[1:])
+    # the adaptive controller's KL is far below its target (0.1), so β moves by its full -20 % x the global batch's
+    # 4 sequences (2 per process) / horizon 10 each step: x 0.92 (counting one process's 2 would give x 0.96)
+    coefficients = [record["actor/reward_kl_penalty_coeff"] for record in records]
+    assert coefficients == pytest.approx([0.001 * 0.92**k for k in range(4)], rel=1e-9)
     state = json.loads((tmp_path / "checkpoint-4" / "algorithm_state.json").read_text())
     assert state["kl_ctrl"]["value"] < records[-1]["actor/reward_kl_penalty_coeff"]  # updated after step 4's use
     _critic_checkpoint_resumes_on_one_process(tmp_path / "checkpoint-4" / "critic", steps=4)
@@ -81,7 +92,10 @@ def test_fsdp2_ppo_samples_the_sharded_policy_and_the_final_model_is_whole(tmp_p
     assert [r["step"] for r in records if "loss" in r] == [1, 2]
     for record in [r for r in records if "loss" in r]:
         assert record["episode/sampled_tokens"] > 0
-        assert all(math.isfinite(record[key]) for key in ("loss", "critic/vf_loss", "actor/kl_loss"))
+        # as in the DDP run above: on-policy whitened advantages give a policy term of 0, plus 0.001 x the KL loss
+        assert abs(record["actor/pg_loss"]) < 1e-6
+        assert record["loss"] == pytest.approx(record["actor/pg_loss"] + 0.001 * record["actor/kl_loss"], abs=1e-8)
+        assert math.isfinite(record["critic/vf_loss"])
     assert list((tmp_path / "checkpoint-2").glob("pytorch_model_fsdp_0/*.distcp"))  # the policy was sharded
     _critic_checkpoint_resumes_on_one_process(tmp_path / "checkpoint-2" / "critic", steps=2)
     final = [r for r in records if r.get("final")]

@@ -10,23 +10,20 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from agentfly_envs.runtime import LocalEnvPool, RayEnvPool
+from agentfly_train.__main__ import main
 from agentfly_train.callbacks import MetricsFile
 from agentfly_train.config import ConfigError
 from agentfly_train.generation import HFGenerationBackend, SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts
 from agentfly_train.tiny_model import build_model
-from tests.conftest import OFFLINE_KWARGS, kill_actor, lines_printed_without
+from agentfly_train.train import RESULT_FILE
+from tests.conftest import OFFLINE_KWARGS, kill_actor, lines_printed_without, readme_command, runs_readme_command
 from tests.train.conftest import LEARNING_TASKS, quickstart_config
 from tests.train.test_rollout import ScriptedPolicy, golden_scripts
 
 ENV_ID = "agentfly/Math-Python"
 KWARGS = {**OFFLINE_KWARGS[ENV_ID], "max_turns": 4}
 BUDGETS = RolloutBudgets(max_turns=4, max_tokens_per_turn=48, response_length=512)
-RAY_ENVS = (
-    "actor_rollout_ref.rollout.env_runtime=ray",
-    "actor_rollout_ref.rollout.env_workers=2",
-    "actor_rollout_ref.rollout.env_worker_cpus=0.5",
-)
 
 
 @pytest.fixture(scope="module")
@@ -129,23 +126,19 @@ def test_without_ray_the_key_is_a_config_error_that_says_what_to_install():
 
 
 @pytest.mark.slow
-def test_a_training_run_with_ray_envs(ray_cluster, tmp_path):
-    from agentfly_train.train import run
-
-    config = quickstart_config(
-        [
-            *LEARNING_TASKS,
-            *RAY_ENVS,
-            "sft.enable=false",
-            "data.train_batch_size=2",
-            "agent.num_chains=2",
-            "data.val_size=2",
-            "trainer.total_training_steps=2",
-            f"trainer.default_local_dir={tmp_path}",
-        ]
+@runs_readme_command(
+    "python -m agentfly_train --config quickstart actor_rollout_ref.rollout.env_runtime=ray "
+    "actor_rollout_ref.rollout.env_workers=2 actor_rollout_ref.rollout.env_worker_cpus=0.5"
+)
+def test_a_training_run_with_ray_envs(readme, ray_cluster, tmp_path):
+    sizes = ["sft.enable=false", "data.train_batch_size=2", "agent.num_chains=2", "data.val_size=2",
+             "trainer.total_training_steps=2"]  # fmt: skip
+    command = readme_command(
+        readme, add=["--no-progress", *LEARNING_TASKS, *sizes, f"trainer.default_local_dir={tmp_path}"]
     )
-    result = run(config, show_progress=False)
+    assert main(command.cli_arguments) == 0
+    result = json.loads((tmp_path / RESULT_FILE).read_text())
     steps = [r for r in MetricsFile(tmp_path / "metrics.jsonl").read() if "reward/mean" in r]
     assert [(r["step"], r["env/remote_failures"]) for r in steps] == [(1, 0), (2, 0)]
-    assert result.steps == 2 and result.val_after["val/env/remote_failures"] == 0
-    assert result.val_after["val/episode/turns"] >= 1
+    assert result["steps"] == 2 and result["val_after"]["val/env/remote_failures"] == 0
+    assert result["val_after"]["val/episode/turns"] >= 1

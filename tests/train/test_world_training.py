@@ -5,48 +5,26 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import shlex
-import sys
 
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from tests.conftest import REPO_ROOT, needs_textworld_express
+from tests.conftest import needs_textworld_express, readme_command, runs_readme_command
 from tests.train.conftest import run_cli
 
 pytestmark = [pytest.mark.slow, needs_textworld_express]
 
-TWX_RUN = (
-    "agent.env=agentfly/TWX-Coin",
-    "agent.env_kwargs={num_tasks: 8}",
-    "data.val_env_kwargs={split: dev}",
-    "data.val_size=2",
-    "agent.max_turns=3",
-    "agent.num_chains=2",
-    "agent.max_tokens_per_turn=16",
-    "data.train_batch_size=2",
-    "actor_rollout_ref.model.tiny_hidden_size=32",
-    "actor_rollout_ref.rollout.response_length=128",
-    "sft.steps=2",
-    "sft.num_demos=2",
-    "trainer.total_training_steps=2",
-    "trainer.logger=[console]",
+
+@runs_readme_command(
+    "python -m agentfly_train --config quickstart agent.env=agentfly/TWX-Coin 'agent.env_kwargs={num_tasks: 8}' "
+    "'data.val_env_kwargs={split: dev}' data.val_size=2 agent.max_turns=3 agent.num_chains=2 "
+    "agent.max_tokens_per_turn=16 data.train_batch_size=2 actor_rollout_ref.model.tiny_hidden_size=32 "
+    "actor_rollout_ref.rollout.response_length=128 sft.steps=2 sft.num_demos=2 trainer.total_training_steps=2 "
+    "'trainer.logger=[console]'"
 )
-"""The README's command: the quickstart preset on TWX-Coin, shrunk to two steps."""
-
-
-def test_readme_shows_this_command():
-    readme = (REPO_ROOT / "README.md").read_text()
-    block = next(b for b in re.findall(r"```bash\n(.*?)```", readme, re.DOTALL) if "agentfly/TWX-Coin" in b)
-    assert shlex.split(block.replace("\\\n", " ")) == [
-        "python", "-m", "agentfly_train", "--config", "quickstart", *TWX_RUN
-    ]  # fmt: skip
-
-
-def test_tiny_model_trains_two_steps_on_twx_coin(tmp_path):
-    command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart", *TWX_RUN]
-    done = run_cli([*command, f"trainer.default_local_dir={tmp_path}"])
+def test_tiny_model_trains_two_steps_on_twx_coin(readme, tmp_path):
+    command = readme_command(readme, add=["--no-progress", f"trainer.default_local_dir={tmp_path}"])
+    done = run_cli(command.argv)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [record for record in MetricsFile(tmp_path / "metrics.jsonl").read() if "loss" in record]
     assert [record["step"] for record in records] == [1, 2]

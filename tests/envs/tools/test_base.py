@@ -1,3 +1,5 @@
+import time
+
 import pytest
 
 from agentfly_envs import TOOLS, Tool, ToolError, register_tool
@@ -23,10 +25,28 @@ def _scale(value: float, factor: int = 2, label: str = "x") -> str:
 SCALE = Tool(_scale, name="scale")
 
 
-def test_valid_call_runs_and_times():
+def _nap(seconds: float) -> str:
+    """Rest a while.
+
+    Args:
+        seconds: How long, in seconds.
+    """
+    time.sleep(seconds)
+    return "rested"
+
+
+NAP = Tool(_nap, name="nap")
+"""A tool whose calls take as long as they ask (``{"seconds": 0.05}``: 50 ms)."""
+
+
+def test_valid_call_runs():
     result = SCALE({"value": 1.5, "factor": 3})
     assert (result.content, result.status) == ("x=4.5", CallStatus.OK)
-    assert result.latency_s >= 0
+
+
+def test_latency_is_the_calls_wall_time():
+    result = NAP({"seconds": 0.05})
+    assert result.status == CallStatus.OK and 0.05 <= result.latency_s < 1
 
 
 @pytest.mark.parametrize(

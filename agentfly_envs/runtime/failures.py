@@ -1,0 +1,86 @@
+"""What every runtime does when an env cannot answer: the step that ends its episode, and the failure counts.
+
+A step that runs past the pool's ``step_timeout`` (any runtime), or finds its Ray actor dead, returns the
+:func:`lost_episode` step: an ``Error:`` observation, the env's truncation reward, ``truncated=True`` and
+``info["remote_failure"]`` (one of :data:`FAILURE_KINDS`). The pool counts it (:class:`FailureCounts`) and the
+env's next ``reset`` starts on a fresh env; the stuck one is never used again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+FAILURE_KINDS = ("actor_died", "timeout")
+"""Keys of a pool's ``pop_failures()``: the Ray actor hosting the env died, or a step ran past the timeout."""
+
+
+class WorkerLost(Exception):
+    """A call found its host dead (``actor_died``) or ran past the step timeout (``timeout``).
+
+    Attributes:
+        kind: One of :data:`FAILURE_KINDS`.
+        tool: The tool that was running when the step timed out, when known.
+    """
+
+    def __init__(self, kind: str, tool: str | None = None) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.tool = tool
+
+
+class FailureCounts:
+    """Lost calls of one pool by kind, counted from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, kind: str) -> None:
+        """Counts one lost call of ``kind``."""
+        with self._lock:
+            self._counts[kind] += 1
+
+    def pop(self) -> dict[str, int]:
+        """The counts since the last call, one per :data:`FAILURE_KINDS`."""
+        with self._lock:
+            counts = {kind: self._counts[kind] for kind in FAILURE_KINDS}
+            self._counts.clear()
+        return counts
+
+
+def lost_episode(
+    lost: WorkerLost, step_timeout: float, error_counts: Mapping[str, int], truncation_reward: float
+) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """The step that ends an episode lost to ``lost``: an ``Error:`` observation, truncated.
+
+    Args:
+        lost: What happened.
+        step_timeout: The limit the step ran past, seconds.
+        error_counts: The episode's ``info["error_counts"]`` so far.
+        truncation_reward: The env's reward of a truncated episode.
+
+    Returns:
+        ``(observation, truncation_reward, False, True, info)`` with ``info["remote_failure"] = lost.kind``.
+
+    Example:
+        >>> lost_episode(WorkerLost("timeout", "python_executor"), 2.0, {}, 0.0)[0]
+        "Error: the environment step timed out after 2 s (in tool 'python_executor'); the episode ends here."
+    """
+    if lost.kind == "timeout":
+        where = f" (in tool {lost.tool!r})" if lost.tool else ""
+        text = f"Error: the environment step timed out after {step_timeout:g} s{where}; the episode ends here."
+    else:
+        text = "Error: the worker running this environment died; the episode ends here."
+    info = {
+        "messages": [{"role": "tool", "name": "error", "content": text}],
+        "tool_calls": [],
+        "parse_errors": [],
+        "error_counts": dict(error_counts),
+        "answer": None,
+        "reward_components": {},
+        "remote_failure": lost.kind,
+    }
+    return text, float(truncation_reward), False, True, info

@@ -1,0 +1,55 @@
+"""The SFT warm start's demonstrations: golden episodes, and guesses (``sft.guess_fraction``)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+from agentfly_train.config import ConfigError
+from agentfly_train.models import load_policy
+from agentfly_train.sft import golden_token_rows
+from agentfly_train.train import env_kwargs, make_codec, train_rows
+from tests.train.conftest import quickstart_config
+
+
+@pytest.fixture(scope="module")
+def demo_setup():
+    config = quickstart_config(["agent.env_kwargs={level: single, num_tasks: 40}"])
+    env = gym.make(config.agent.env, **env_kwargs(config))
+    rows = train_rows(config, env)
+    _, tokenizer = load_policy(config)
+    codec = make_codec(config, tokenizer, env, rows[0])
+    yield env, codec, rows, tokenizer
+    env.close()
+
+
+def _completion(tokenizer, row: dict) -> str:
+    """The assistant-masked text of a demonstration row."""
+    return tokenizer.decode([t for t, m in zip(row["input_ids"], row["assistant_masks"], strict=True) if m])
+
+
+def test_a_guess_fraction_replaces_that_share_of_golden_episodes_by_wrong_direct_answers(demo_setup):
+    env, codec, rows, tokenizer = demo_setup
+    golden = golden_token_rows(env, codec, rows)
+    mixed = golden_token_rows(env, codec, rows, guess_fraction=0.75, seed=3)
+    assert len(mixed) == len(golden) == 40
+    guessed = [i for i, (a, b) in enumerate(zip(golden, mixed, strict=True)) if a != b]
+    assert len(guessed) == 30  # exactly round(0.75 * 40) demonstrations are guesses, the rest stay golden
+    assert all("<tool_call>" in _completion(tokenizer, row) for row in golden)
+    answers = [env.unwrapped.tasks.golden(row).answer for row in rows]
+    wrong = 0
+    for index in guessed:
+        text = _completion(tokenizer, mixed[index])
+        assert "<tool_call>" not in text and "\\boxed{" in text  # one turn: an answer without the calculator
+        answer = text.split("\\boxed{")[1].split("}")[0]
+        assert answer in answers  # another task's answer
+        wrong += answer != answers[index]
+    assert wrong >= 0.8 * len(guessed)  # a guess is (almost always) wrong: only RL on the env's reward rewards tools
+    assert golden_token_rows(env, codec, rows, guess_fraction=0.75, seed=3) == mixed  # the choice is seeded
+    assert golden_token_rows(env, codec, rows, guess_fraction=0.75, seed=4) != mixed
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.5"])
+def test_a_guess_fraction_outside_zero_one_is_a_config_error(value):
+    with pytest.raises(ConfigError, match=r"sft.guess_fraction must be in \[0, 1\]"):
+        quickstart_config([f"sft.guess_fraction={value}"])
