@@ -20,6 +20,7 @@ from agentfly_envs.rewards import code_reward
 from agentfly_envs.sandbox import ExecStatus, SandboxError, SandboxLimits, SandboxPool
 from agentfly_envs.tools.python_executor import describe
 from tests.conftest import REPO_ROOT
+from tests.envs.sandbox.runtime import runtime_dirs_in_tmp
 
 LIMITS = SandboxLimits(timeout_s=5.0, cpu_s=1, memory_bytes=256 << 20, disk_bytes=8 << 20)
 
@@ -86,7 +87,7 @@ def test_project_data_and_host_files_are_hidden(pool):
         """)
         output = pool.run(code).output
     assert output.splitlines()[0] == (
-        "False False False False [] ['sandbox'] "
+        f"False False False False {runtime_dirs_in_tmp()} ['sandbox'] "
         "['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']"
     ), output
     assert output.splitlines()[1] == "2 /home/sandbox"  # a synthetic passwd: root and the session's user

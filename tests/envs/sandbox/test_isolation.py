@@ -22,6 +22,7 @@ import pytest
 
 from agentfly_envs.sandbox import ExecStatus, SandboxLimits, SandboxPool
 from tests.conftest import REPO_ROOT
+from tests.envs.sandbox.runtime import runtime_dirs_in_tmp
 
 LIMITS = SandboxLimits(timeout_s=1.0, cpu_s=5, memory_bytes=256 << 20, processes=16, file_bytes=1 << 20)
 CANARY = "AGENTFLY_TEST_SECRET_KEY"
@@ -137,9 +138,13 @@ def test_writes_outside_the_work_dir_fail(pool):
         code += "\ntry:\n    open(sys.prefix + '/evil', 'w')\nexcept OSError as e:\n    print(e)"
         output = pool.run("import os, sys; open('inside.txt', 'w').write('ok'); print(os.listdir('.'))" + code).output
         # The host's open dir does not exist in the session's root, the project and the interpreter are
-        # read-only, and /tmp is the session's own.
-        assert output.startswith("['inside.txt']\n") and output.count("Read-only file system") == 2, output
-        assert "No such file or directory" in output
+        # read-only, and /tmp is the session's own. A project under the host's /tmp (with the interpreter's
+        # virtual environment inside it) shows in the session's /tmp only as the root-owned directories that lead
+        # to the interpreter: writing there is refused, not read-only.
+        lines = output.splitlines()
+        assert lines[0] == "['inside.txt']" and "No such file or directory" in lines[1], output
+        project_refusal = "Permission denied" if runtime_dirs_in_tmp() else "Read-only file system"
+        assert project_refusal in lines[2] and "Read-only file system" in lines[3] and len(lines) == 4, output
         assert not any(target.exists() for target in targets)
 
 
