@@ -3,10 +3,10 @@
 The warm start imitates a demonstrator that skips the calculator and guesses in 6 of 10 demonstrations
 (``sft.guess_fraction=0.6``); greedy decoding follows that majority, so the warm-started agent rarely calls the
 tool and scores near 0. Sampled at temperature 1 it calls the tool in about 4 episodes of 10, and those are the
-episodes the env rewards: GRPO turns that into a policy that (nearly) always calls it. The gain is a property of the
-demonstrations, not of where an optimiser happened to stop, so it holds on any CPU and seed (the README gives
-the spread over seeds). Everything runs through the real chat template, tokenizer, envs, TRL trainer and rollout
-engine on CPU.
+episodes the env rewards: GRPO turns that into a policy that (nearly) always calls it. Everything runs through the
+real chat template, tokenizer, envs, TRL trainer and rollout engine on CPU. The README's quickstart table gives the
+spread over seeds and thread counts: two of seven runs measured gained nothing, so these seeds' gains hold here
+but are not yet guaranteed on another CPU (issue 25).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from tests.train.conftest import quickstart_config, run_cli
 pytestmark = pytest.mark.slow
 
 LEARNING_MARGIN = 0.15
-"""Required gain in validation accuracy (after RL over before) and in the mean train reward (last 5 steps over
-first 5). Over 5 seeds on HF and 3 on vLLM the smallest validation gain measured was far larger (README's
-quickstart table), so a run that misses it did not learn."""
+"""Required gain in validation accuracy (after RL over before), in the mean train reward and in the share of episodes
+that call the tool (last 5 steps over first 5). The seeds tested here gained 0.88-0.98 in validation accuracy on
+this machine (README's quickstart table)."""
 
 
 @runs_readme_command("python -m agentfly_train")
