@@ -31,7 +31,9 @@ def golden_token_rows(
         codec: The rollout's chat-template codec.
         tasks: Task rows with golden solutions.
         guess_fraction: Share of the demonstrations (chosen at random, in [0, 1]) in which the demonstrator
-            skips the tools and answers at once with a guess: the golden answer of another task.
+            skips the tools and answers at once with a wrong guess: the golden answer of a task whose answer
+            differs. Tasks with no golden answer (a world's games, which end in the world) are always demonstrated
+            in full, and so are all tasks when they share one answer.
         seed: Seed of that choice.
 
     Returns:
@@ -40,16 +42,16 @@ def golden_token_rows(
     tool_env = env.unwrapped
     rng = random.Random(seed)
     guessed = set(rng.sample(range(len(tasks)), round(guess_fraction * len(tasks))))
+    answers = [_golden_answer(tool_env, task) for task in tasks]
     rows = []
     for index, task in enumerate(tasks):
         _, info = env.reset(options={"task": dict(task)})
         ids = codec.prompt_ids(info["messages"])
         mask = [0] * len(ids)
-        if index in guessed:
-            other = tasks[(index + rng.randrange(1, len(tasks))) % len(tasks)]
-            actions = [tool_env.answer_action(tool_env.tasks.golden(dict(other)).answer)]
-        else:
-            actions = tool_env.golden_actions()
+        wrong: list[str] = []
+        if index in guessed and answers[index] is not None:
+            wrong = [answer for answer in answers if answer is not None and answer != answers[index]]
+        actions = [tool_env.answer_action(rng.choice(wrong))] if wrong else tool_env.golden_actions()
         for action in actions:
             turn = [*codec.encode(action), codec.eos_token_id]
             ids += turn
@@ -62,6 +64,11 @@ def golden_token_rows(
             mask += [0] * len(observation)
         rows.append({"input_ids": ids, "assistant_masks": mask})
     return rows
+
+
+def _golden_answer(tool_env: Any, task: Mapping[str, Any]) -> str | None:
+    golden = tool_env.tasks.golden(dict(task))
+    return None if golden is None else golden.answer
 
 
 def warm_start(

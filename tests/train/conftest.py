@@ -35,6 +35,10 @@ WARM_START_STEPS = 60
 """SFT steps (lr 3e-3) on the tasks' golden episodes that give the tiny model the tool-call format: sampling at
 temperature 1 then solves about four episodes in ten (the failures are calculator calls with a wrong operand)."""
 
+GUESS_DEMOS = 64
+"""Demonstrations (the tasks repeated) a warm start with guesses learns from, so that each task is demonstrated
+both ways."""
+
 
 FSDP_ON_CPU = Path(__file__).parent / "fsdp_on_cpu"
 """A ``sitecustomize`` folder that turns Accelerate's FSDP back on for CPU processes (see its docstring)."""
@@ -70,7 +74,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _warm_start(steps: int, num_tasks: int, directory: Path) -> Path:
+def _warm_start(steps: int, num_tasks: int, guess_fraction: float, directory: Path) -> Path:
     import gymnasium as gym
 
     from agentfly_train.models import load_policy
@@ -82,11 +86,12 @@ def _warm_start(steps: int, num_tasks: int, directory: Path) -> Path:
     rows = train_rows(config, env)
     model, tokenizer = load_policy(config)
     codec = make_codec(config, tokenizer, env, rows[0])
+    demos = rows * max(1, GUESS_DEMOS // len(rows)) if guess_fraction else rows
     with tempfile.TemporaryDirectory() as scratch:
         warm_start(
             model,
             tokenizer,
-            golden_token_rows(env, codec, rows),
+            golden_token_rows(env, codec, demos, guess_fraction, config.trainer.seed),
             steps=config.sft.steps,
             lr=config.sft.lr,
             batch_size=config.sft.batch_size,
@@ -102,15 +107,18 @@ def _warm_start(steps: int, num_tasks: int, directory: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def warm_policies(tmp_path_factory) -> Callable[..., Path]:
-    """``(steps, num_tasks=2) -> directory`` of the tiny policy warm-started for ``steps`` SFT steps on
-    :func:`learning_tasks` (built once per session and arguments), for ``actor_rollout_ref.model.path``."""
-    built: dict[tuple[int, int], Path] = {}
+    """``(steps, num_tasks=2, guess_fraction=0.0) -> directory`` of the tiny policy warm-started for ``steps`` SFT
+    steps on :func:`learning_tasks` (built once per session and arguments), for ``actor_rollout_ref.model.path``.
+    With a ``guess_fraction`` it learns from :data:`GUESS_DEMOS` demonstrations of the tasks, that share of them
+    wrong guesses without the calculator (``sft.guess_fraction``)."""
+    built: dict[tuple[int, int, float], Path] = {}
 
-    def policy(steps: int, num_tasks: int = 2) -> Path:
-        if (steps, num_tasks) not in built:
-            directory = tmp_path_factory.mktemp(f"warm_policy_{steps}_{num_tasks}")
-            built[steps, num_tasks] = _warm_start(steps, num_tasks, directory)
-        return built[steps, num_tasks]
+    def policy(steps: int, num_tasks: int = 2, guess_fraction: float = 0.0) -> Path:
+        key = (steps, num_tasks, guess_fraction)
+        if key not in built:
+            directory = tmp_path_factory.mktemp(f"warm_policy_{steps}_{num_tasks}_{guess_fraction}")
+            built[key] = _warm_start(steps, num_tasks, guess_fraction, directory)
+        return built[key]
 
     return policy
 
