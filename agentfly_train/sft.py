@@ -23,6 +23,7 @@ def golden_token_rows(
     tasks: Sequence[Mapping[str, Any]],
     guess_fraction: float = 0.0,
     seed: int = 0,
+    wrong_guesses: bool = False,
 ) -> list[dict[str, list[int]]]:
     """Tokenised demonstrations: golden episodes, and optionally guesses.
 
@@ -31,10 +32,12 @@ def golden_token_rows(
         codec: The rollout's chat-template codec.
         tasks: Task rows with golden solutions.
         guess_fraction: Share of the demonstrations (chosen at random, in [0, 1]) in which the demonstrator
-            skips the tools and answers at once with a wrong guess: the golden answer of a task whose answer
-            differs. Tasks with no golden answer (a world's games, which end in the world) are always demonstrated
-            in full, and so are all tasks when they share one answer.
+            skips the tools and answers at once with a guess: the golden answer of another task (right by chance
+            where the two share it). Tasks with no golden answer (a world's games, which end in the world) are
+            always demonstrated in full.
         seed: Seed of that choice.
+        wrong_guesses: Guess only answers that differ from the task's own (for a few tasks repeated, where another
+            demonstration is often of the same task); a task no other answer differs from is demonstrated in full.
 
     Returns:
         Rows with ``input_ids`` (prompt + completion) and ``assistant_masks`` (1 on assistant tokens), in task order.
@@ -48,10 +51,14 @@ def golden_token_rows(
         _, info = env.reset(options={"task": dict(task)})
         ids = codec.prompt_ids(info["messages"])
         mask = [0] * len(ids)
-        wrong: list[str] = []
+        guess = None
         if index in guessed and answers[index] is not None:
-            wrong = [answer for answer in answers if answer is not None and answer != answers[index]]
-        actions = [tool_env.answer_action(rng.choice(wrong))] if wrong else tool_env.golden_actions()
+            if wrong_guesses:
+                wrong = [answer for answer in answers if answer is not None and answer != answers[index]]
+                guess = rng.choice(wrong) if wrong else None
+            else:
+                guess = answers[(index + rng.randrange(1, len(tasks))) % len(tasks)]
+        actions = [tool_env.answer_action(guess)] if guess is not None else tool_env.golden_actions()
         for action in actions:
             turn = [*codec.encode(action), codec.eos_token_id]
             ids += turn

@@ -91,7 +91,7 @@ def _warm_start(steps: int, num_tasks: int, guess_fraction: float, directory: Pa
         warm_start(
             model,
             tokenizer,
-            golden_token_rows(env, codec, demos, guess_fraction, config.trainer.seed),
+            golden_token_rows(env, codec, demos, guess_fraction, config.trainer.seed, wrong_guesses=True),
             steps=config.sft.steps,
             lr=config.sft.lr,
             batch_size=config.sft.batch_size,

@@ -37,12 +37,14 @@ def test_a_guess_fraction_replaces_that_share_of_golden_episodes_by_wrong_direct
     assert len(guessed) == 30  # exactly round(0.75 * 40) demonstrations are guesses, the rest stay golden
     assert all("<tool_call>" in _completion(tokenizer, row) for row in golden)
     answers = [env.unwrapped.tasks.golden(row).answer for row in rows]
+    wrong = 0
     for index in guessed:
         text = _completion(tokenizer, mixed[index])
         assert "<tool_call>" not in text and "\\boxed{" in text  # one turn: an answer without the calculator
         answer = text.split("\\boxed{")[1].split("}")[0]
-        # another task's answer, never this one's: only RL on the env's reward rewards the tools
-        assert answer in answers and answer != answers[index]
+        assert answer in answers  # another task's answer
+        wrong += answer != answers[index]
+    assert wrong >= 0.8 * len(guessed)  # a guess is (almost always) wrong: only RL on the env's reward rewards tools
     assert golden_token_rows(env, codec, rows, guess_fraction=0.75, seed=3) == mixed  # the choice is seeded
     assert golden_token_rows(env, codec, rows, guess_fraction=0.75, seed=4) != mixed
 
@@ -50,12 +52,12 @@ def test_a_guess_fraction_replaces_that_share_of_golden_episodes_by_wrong_direct
 def test_guesses_are_wrong_even_among_repeated_tasks_and_tasks_of_one_answer_are_never_guessed(demo_setup):
     env, codec, rows, tokenizer = demo_setup
     two = rows[:2] * 8
-    mixed = golden_token_rows(env, codec, two, guess_fraction=0.5, seed=0)
+    mixed = golden_token_rows(env, codec, two, guess_fraction=0.5, seed=0, wrong_guesses=True)
     texts = [_completion(tokenizer, row) for row in mixed]
     answers = [env.unwrapped.tasks.golden(row).answer for row in two]
     guesses = [(text, answer) for text, answer in zip(texts, answers, strict=True) if "<tool_call>" not in text]
     assert len(guesses) == 8 and all(f"\\boxed{{{answer}}}" not in text for text, answer in guesses)
-    same = golden_token_rows(env, codec, rows[:1] * 4, guess_fraction=1.0)  # no other answer to guess
+    same = golden_token_rows(env, codec, rows[:1] * 4, guess_fraction=1.0, wrong_guesses=True)  # no other answer
     assert all("<tool_call>" in _completion(tokenizer, row) for row in same)
 
 
