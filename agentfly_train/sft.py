@@ -45,7 +45,7 @@ def golden_token_rows(
     tool_env = env.unwrapped
     rng = random.Random(seed)
     guessed = set(rng.sample(range(len(tasks)), round(guess_fraction * len(tasks))))
-    answers = [_golden_answer(tool_env, task) for task in tasks]
+    answers = [_golden_answer(tool_env, task) for task in tasks] if guessed else []
     rows = []
     for index, task in enumerate(tasks):
         _, info = env.reset(options={"task": dict(task)})
