@@ -292,7 +292,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     from agentfly_train.callbacks import AgentCallback
     from agentfly_train.checkpoints import remove_leftovers
     from agentfly_train.models import load_policy, training_device
-    from agentfly_train.sft import golden_token_rows, warm_start
+    from agentfly_train.sft import warm_start_on_demonstrations
     from agentfly_train.sharding import unsharded_copy
     from agentfly_train.trl_args import grpo_config
 
@@ -333,17 +333,14 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     result = RunResult(run_dir=str(run_dir))
 
     if config.sft.enable and checkpoint is None:
-        demos = golden_token_rows(
-            train_env, codec, train_tasks[: config.sft.num_demos], config.sft.guess_fraction, config.trainer.seed
-        )
         with tempfile.TemporaryDirectory() as scratch:
-            result.sft_loss = warm_start(
+            result.sft_loss = warm_start_on_demonstrations(
                 model,
                 tokenizer,
-                demos,
-                steps=config.sft.steps,
-                lr=config.sft.lr,
-                batch_size=config.sft.batch_size,
+                train_env,
+                codec,
+                train_tasks[: config.sft.num_demos],
+                config.sft,
                 output_dir=scratch,
                 use_cpu=device == "cpu",
                 seed=config.trainer.seed,

@@ -1,12 +1,13 @@
 """The whole multi-turn path learns: GRPO on the quickstart's warm-started tiny policy raises its accuracy.
 
-The warm start imitates a demonstrator that skips the calculator and guesses in 6 of 10 demonstrations
-(``sft.guess_fraction=0.6``); greedy decoding follows that majority, so the warm-started agent rarely calls the
-tool and scores near 0. Sampled at temperature 1 it calls the tool in about 4 episodes of 10, and those are the
-episodes the env rewards: GRPO turns that into a policy that (nearly) always calls it. Everything runs through the
-real chat template, tokenizer, envs, TRL trainer and rollout engine on CPU. The README's quickstart table gives the
-spread over seeds and thread counts: two of seven runs measured gained nothing, so these seeds' gains hold here
-but are not yet guaranteed on another CPU (issue 25).
+The warm start learns golden episodes first, then imitates a demonstrator that skips the calculator and guesses in
+6 of 10 demonstrations (``sft.guess_fraction=0.6``, ``sft.golden_fraction=0.6``); greedy decoding follows that
+majority, so the warm-started agent does not call the tool and scores 0. Sampled at temperature 1 it calls the tool
+in about 4 episodes of 10, and those are the episodes the env rewards: GRPO turns that into a policy that (nearly)
+always calls it. Everything runs through the real chat template, tokenizer, envs, TRL trainer and rollout engine on
+CPU. The README's quickstart table gives the spread over seeds and thread counts: one of three runs measured with
+this recipe gained 0.05 (its warm start had not learnt to copy the question's numbers into the call), so these
+seeds' gains hold here but are not yet guaranteed on another CPU (issue 25).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ pytestmark = pytest.mark.slow
 
 LEARNING_MARGIN = 0.15
 """Required gain in validation accuracy (after RL over before), in the mean train reward and in the share of episodes
-that call the tool (last 5 steps over first 5). The seeds tested here gained 0.88-0.98 in validation accuracy on
+that call the tool (last 5 steps over first 5). The seeds tested here gained 0.62 and 1.0 in validation accuracy on
 this machine (README's quickstart table)."""
 
 
+@pytest.mark.timeout(1200)  # the whole quickstart (run_cli's own limit is 900 s): pytest's default is 600
 @runs_readme_command("python -m agentfly_train")
 def test_the_quickstart_run_learns_with_grpo(readme, tmp_path):
     done = run_cli(readme_command(readme).argv, timeout=900, cwd=tmp_path)  # writes tmp_path/runs/agentfly/quickstart
@@ -50,6 +52,7 @@ def test_the_quickstart_run_learns_with_grpo(readme, tmp_path):
     assert tool_last >= tool_first + LEARNING_MARGIN, (tool_first, tool_last)
 
 
+@pytest.mark.timeout(1200)  # the whole quickstart (run_cli's own limit is 900 s): pytest's default is 600
 @runs_readme_command(
     "python benchmarks/learning_spread.py --seeds 0 1 2 3 4 --out benchmarks/results/learning_spread_hf.json",
     "python benchmarks/learning_spread.py --vllm --seeds 0 1 2 --out benchmarks/results/learning_spread_vllm.json",

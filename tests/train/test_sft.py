@@ -24,7 +24,12 @@ def demo_setup():
 
 
 def _completion(tokenizer, row: dict) -> str:
-    """The assistant-masked text of a demonstration row."""
+    """The text of a demonstration row after its prompt: assistant turns and observations."""
+    return tokenizer.decode(row["input_ids"][row["assistant_masks"].index(1) :])
+
+
+def _trained(tokenizer, row: dict) -> str:
+    """The text of the tokens of a demonstration row that carry loss."""
     return tokenizer.decode([t for t, m in zip(row["input_ids"], row["assistant_masks"], strict=True) if m])
 
 
@@ -35,7 +40,9 @@ def test_a_guess_fraction_replaces_that_share_of_golden_episodes_by_wrong_direct
     assert len(mixed) == len(golden) == 40
     guessed = [i for i, (a, b) in enumerate(zip(golden, mixed, strict=True)) if a != b]
     assert len(guessed) == 30  # exactly round(0.75 * 40) demonstrations are guesses, the rest stay golden
-    assert all("<tool_call>" in _completion(tokenizer, row) for row in golden)
+    assert all("<tool_call>" in _trained(tokenizer, row) for row in golden)
+    assert all(f"\\boxed{{{env.unwrapped.tasks.golden(row).answer}}}" in _trained(tokenizer, demo)
+               for row, demo in zip(rows, golden, strict=True))  # fmt: skip
     answers = [env.unwrapped.tasks.golden(row).answer for row in rows]
     wrong = 0
     for index in guessed:
@@ -43,6 +50,8 @@ def test_a_guess_fraction_replaces_that_share_of_golden_episodes_by_wrong_direct
         assert "<tool_call>" not in text and "\\boxed{" in text  # one turn: an answer without the calculator
         answer = text.split("\\boxed{")[1].split("}")[0]
         assert answer in answers  # another task's answer
+        # The guessed number carries no loss: the model learns to answer without the tool, not to invent numbers.
+        assert _trained(tokenizer, mixed[index]) == text.replace(f"{{{answer}}}", "{}")
         wrong += answer != answers[index]
     assert wrong >= 0.8 * len(guessed)  # a guess is (almost always) wrong: only RL on the env's reward rewards tools
     assert golden_token_rows(env, codec, rows, guess_fraction=0.75, seed=3) == mixed  # the choice is seeded
@@ -57,6 +66,9 @@ def test_guesses_are_wrong_even_among_repeated_tasks_and_tasks_of_one_answer_are
     answers = [env.unwrapped.tasks.golden(row).answer for row in two]
     guesses = [(text, answer) for text, answer in zip(texts, answers, strict=True) if "<tool_call>" not in text]
     assert len(guesses) == 8 and all(f"\\boxed{{{answer}}}" not in text for text, answer in guesses)
+    # These wrong answers are trained on: the model must learn that its guesses fail even where it knows the answer.
+    assert all(_trained(tokenizer, row) == _completion(tokenizer, row) for row in mixed if "<tool_call>" not in
+               _completion(tokenizer, row))  # fmt: skip
     same = golden_token_rows(env, codec, rows[:1] * 4, guess_fraction=1.0, wrong_guesses=True)  # no other answer
     assert all("<tool_call>" in _completion(tokenizer, row) for row in same)
 
@@ -65,3 +77,46 @@ def test_guesses_are_wrong_even_among_repeated_tasks_and_tasks_of_one_answer_are
 def test_a_guess_fraction_outside_zero_one_is_a_config_error(value):
     with pytest.raises(ConfigError, match=r"sft.guess_fraction must be in \[0, 1\]"):
         quickstart_config([f"sft.guess_fraction={value}"])
+
+
+@pytest.mark.parametrize(
+    ("golden_fraction", "phases"), [(0.0, [(0.75, 4)]), (0.75, [(0.0, 3), (0.75, 1)]), (1.0, [(0.0, 4)])]
+)
+def test_the_warm_start_learns_golden_episodes_first_then_the_demonstrations_with_guesses(
+    demo_setup, monkeypatch, golden_fraction, phases
+):
+    import agentfly_train.sft as sft
+
+    env, codec, rows, tokenizer = demo_setup
+    config = quickstart_config(["sft.steps=4", f"sft.golden_fraction={golden_fraction}", "sft.guess_fraction=0.75"])
+    calls = []
+
+    def record(model, tokenizer, demos, *, steps, **kwargs):
+        guesses = sum("<tool_call>" not in _trained(tokenizer, row) for row in demos)
+        calls.append((guesses / len(demos), steps))
+        return float(steps)  # a loss that tells the phases apart
+
+    monkeypatch.setattr(sft, "warm_start", record)
+    loss = sft.warm_start_on_demonstrations(
+        None, tokenizer, env, codec, rows, config.sft, output_dir="unused", use_cpu=True, seed=0
+    )
+    assert calls == phases
+    assert loss == pytest.approx(sum(steps * steps for _, steps in phases) / 4)  # the mean over all steps
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.5"])
+def test_a_golden_fraction_outside_zero_one_is_a_config_error(value):
+    with pytest.raises(ConfigError, match=r"sft.golden_fraction must be in \[0, 1\]"):
+        quickstart_config([f"sft.golden_fraction={value}"])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("sft.lr_scheduler_type=cosin", r"sft.lr_scheduler_type.*did you mean 'cosine'"),
+        ("sft.warmup_ratio=1.0", r"sft.warmup_ratio must be in \[0, 1\), got 1.0"),
+    ],
+)
+def test_a_bad_warm_start_schedule_is_a_config_error(override, message):
+    with pytest.raises(ConfigError, match=message):
+        quickstart_config([override])
