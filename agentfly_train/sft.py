@@ -180,12 +180,12 @@ def warm_start_on_demonstrations(
     use_cpu: bool,
     seed: int,
     bf16: bool = False,
-) -> float:
+) -> tuple[Any, float]:
     """The ``sft.*`` warm start: the first ``sft.golden_fraction`` of ``sft.steps`` on golden episodes, the rest on
     the demonstrations with ``sft.guess_fraction`` guesses (each phase with its own warm-up and decay).
 
     Args:
-        model: The policy, fine-tuned in place.
+        model: The policy.
         tokenizer: Its tokenizer.
         env: The training env (its golden solutions and parser).
         codec: The rollout's chat-template codec.
@@ -197,8 +197,11 @@ def warm_start_on_demonstrations(
         bf16: bfloat16 mixed precision.
 
     Returns:
-        The mean training loss over all steps (nats per assistant token).
+        ``(model, loss)``: the fine-tuned policy, whole (a copy where FSDP2 sharded it: each phase's trainer
+        prepares a whole model anew), and the mean training loss over all steps (nats per assistant token).
     """
+    from agentfly_train.sharding import unsharded_copy
+
     golden_steps = round(sft.golden_fraction * sft.steps)
     phases = [(0.0, golden_steps), (sft.guess_fraction, sft.steps - golden_steps)]
     total = 0.0
@@ -209,4 +212,5 @@ def warm_start_on_demonstrations(
                               output_dir=output_dir, use_cpu=use_cpu, seed=seed, bf16=bf16,
                               lr_scheduler_type=sft.lr_scheduler_type, warmup_ratio=sft.warmup_ratio)  # fmt: skip
             total += loss * steps
-    return total / sft.steps
+            model = unsharded_copy(model)  # collective under FSDP2: every process runs the same phases
+    return model, total / sft.steps

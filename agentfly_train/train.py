@@ -293,7 +293,6 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     from agentfly_train.checkpoints import remove_leftovers
     from agentfly_train.models import load_policy, training_device
     from agentfly_train.sft import warm_start_on_demonstrations
-    from agentfly_train.sharding import unsharded_copy
     from agentfly_train.trl_args import grpo_config
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
@@ -334,7 +333,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
 
     if config.sft.enable and checkpoint is None:
         with tempfile.TemporaryDirectory() as scratch:
-            result.sft_loss = warm_start_on_demonstrations(
+            model, result.sft_loss = warm_start_on_demonstrations(
                 model,
                 tokenizer,
                 train_env,
@@ -346,7 +345,6 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
                 seed=config.trainer.seed,
                 bf16=args.bf16,
             )
-        model = unsharded_copy(model)  # under FSDP2 the warm start's trainer sharded it
     train_env.close()
     if val_env is not None:
         val_env.close()

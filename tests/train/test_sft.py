@@ -85,6 +85,8 @@ def test_a_guess_fraction_outside_zero_one_is_a_config_error(value):
 def test_the_warm_start_learns_golden_episodes_first_then_the_demonstrations_with_guesses(
     demo_setup, monkeypatch, golden_fraction, phases
 ):
+    import torch
+
     import agentfly_train.sft as sft
 
     env, codec, rows, tokenizer = demo_setup
@@ -97,9 +99,11 @@ def test_the_warm_start_learns_golden_episodes_first_then_the_demonstrations_wit
         return float(steps)  # a loss that tells the phases apart
 
     monkeypatch.setattr(sft, "warm_start", record)
-    loss = sft.warm_start_on_demonstrations(
-        None, tokenizer, env, codec, rows, config.sft, output_dir="unused", use_cpu=True, seed=0
+    model = torch.nn.Linear(1, 1)  # not sharded: returned as it is
+    returned, loss = sft.warm_start_on_demonstrations(
+        model, tokenizer, env, codec, rows, config.sft, output_dir="unused", use_cpu=True, seed=0
     )
+    assert returned is model
     assert calls == phases
     assert loss == pytest.approx(sum(steps * steps for _, steps in phases) / 4)  # the mean over all steps
 
