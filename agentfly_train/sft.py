@@ -85,16 +85,21 @@ def golden_token_rows(
 
 def _assistant_turn(codec: ChatCodec, action: str, masked: str | None) -> tuple[list[int], list[int]]:
     """An assistant turn's tokens with its EOS, and their loss mask: 1 everywhere but on the tokens of ``masked``
-    (its last occurrence in the turn)."""
-    tokenizer = codec.tokenizer
-    if masked is None or masked not in action or not getattr(tokenizer, "is_fast", False):
-        ids = codec.encode(action)
-        return [*ids, codec.eos_token_id], [1] * (len(ids) + 1)
-    start = action.rindex(masked)
-    end = start + len(masked)
-    encoded = tokenizer(action, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [0 if first < end and last > start else 1 for first, last in encoded["offset_mapping"]]
-    return [*encoded["input_ids"], codec.eos_token_id], [*mask, 1]
+    (its last occurrence in the turn). The span is where the encodings of the text before and through ``masked``
+    end, when both are prefixes of the turn's; otherwise the tokens whose character offsets overlap it (a fast
+    tokenizer's; some, e.g. DeepSeek V3's, give offsets that locate nothing)."""
+    ids = codec.encode(action)
+    mask = [1] * len(ids)
+    if masked is not None and masked in action:
+        start = action.rindex(masked)
+        end = start + len(masked)
+        before, through = codec.encode(action[:start]), codec.encode(action[:end])
+        if ids[: len(before)] == before and ids[: len(through)] == through:
+            mask[len(before) : len(through)] = [0] * (len(through) - len(before))
+        elif getattr(codec.tokenizer, "is_fast", False):
+            offsets = codec.tokenizer(action, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            mask = [0 if first < end and last > start else 1 for first, last in offsets]
+    return [*ids, codec.eos_token_id], [*mask, 1]
 
 
 def _golden_answer(tool_env: Any, task: Mapping[str, Any]) -> str | None:
