@@ -50,11 +50,24 @@ class AdvantageEstimator:
     ``fn(token_level_rewards, mask, **inputs) -> (advantages, returns)`` takes the ``(B, T)`` rewards and
     the ``(B, T)`` 0/1 mask (in the rewards' dtype) positionally and returns two ``(B, T)`` tensors that are 0
     wherever the mask is. ``inputs`` names its keyword-only parameters, drawn from :data:`ESTIMATOR_INPUTS`,
-    which :func:`compute_advantage` passes in.
+    which :func:`compute_advantage` passes in. What the trainer must provide follows from them (a critic for
+    ``values``, greedy rollouts for ``reward_baselines``); ``compares_responses`` says the estimator learns nothing
+    from a group of one response per prompt (``agent.num_chains >= 2``).
     """
 
     fn: Callable[..., tuple[Tensor, Tensor]]
     inputs: tuple[str, ...]
+    compares_responses: bool = False
+
+    @property
+    def trains_critic(self) -> bool:
+        """It takes a critic's ``values``: the trainer builds and trains a value model."""
+        return "values" in self.inputs
+
+    @property
+    def needs_greedy_baseline(self) -> bool:
+        """It takes ``reward_baselines``: the trainer rolls out a greedy response per prompt (ReMax)."""
+        return "reward_baselines" in self.inputs
 
 
 ESTIMATOR_INPUTS = ("group", "values", "reward_baselines", "gamma", "lam", "norm_adv_by_std_in_grpo", "epsilon")
@@ -85,8 +98,9 @@ def _lookup(registry: dict[str, T], what: str, name: str) -> T:
         raise ValueError(f"unknown {what} {name!r}{guess} Known: {', '.join(registry)}.") from None
 
 
-def register_advantage_estimator(name: str) -> Callable[[Fn], Fn]:
-    """Decorator that files an estimator under ``name``; its keyword-only parameters say what it needs.
+def register_advantage_estimator(name: str, *, compares_responses: bool = False) -> Callable[[Fn], Fn]:
+    """Decorator that files an estimator under ``name``; its keyword-only parameters say what it needs, and
+    ``compares_responses`` that it needs two or more responses per prompt (:class:`AdvantageEstimator`).
 
     Raises:
         ValueError: ``name`` is taken, or the function asks for an input not in :data:`ESTIMATOR_INPUTS`.
@@ -98,7 +112,7 @@ def register_advantage_estimator(name: str) -> Callable[[Fn], Fn]:
         unknown = sorted(set(inputs) - set(ESTIMATOR_INPUTS))
         if unknown:
             raise ValueError(f"estimator {name!r} asks for {unknown}; estimators can take {ESTIMATOR_INPUTS}.")
-        _add(ADVANTAGE_ESTIMATORS, name, AdvantageEstimator(fn, inputs))
+        _add(ADVANTAGE_ESTIMATORS, name, AdvantageEstimator(fn, inputs, compares_responses))
         return fn
 
     return decorator
@@ -258,7 +272,7 @@ def gae(
     return _masked_whiten(advantages, mask), returns
 
 
-@register_advantage_estimator("grpo")
+@register_advantage_estimator("grpo", compares_responses=True)
 def grpo(
     token_level_rewards: Tensor, mask: Tensor, *, group: Tensor, norm_adv_by_std_in_grpo: bool, epsilon: float
 ) -> tuple[Tensor, Tensor]:
@@ -275,7 +289,7 @@ def grpo(
     return _per_token(advantage, mask)
 
 
-@register_advantage_estimator("grpo_passk")
+@register_advantage_estimator("grpo_passk", compares_responses=True)
 def grpo_passk(
     token_level_rewards: Tensor, mask: Tensor, *, group: Tensor, norm_adv_by_std_in_grpo: bool, epsilon: float
 ) -> tuple[Tensor, Tensor]:
@@ -326,7 +340,7 @@ def reinforce_plus_plus_baseline(token_level_rewards: Tensor, mask: Tensor, *, g
     return advantages, advantages
 
 
-@register_advantage_estimator("rloo")
+@register_advantage_estimator("rloo", compares_responses=True)
 def rloo(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
     """RLOO (Ahmadian et al., 2024, arXiv:2402.14740): A_i = s_i − mean of the other n − 1 scores of g.
 
@@ -349,7 +363,7 @@ def remax(token_level_rewards: Tensor, mask: Tensor, *, reward_baselines: Tensor
     return torch.addcmul(returns, reward_baselines[:, None], mask, value=-1), returns  # G_t − b on valid tokens
 
 
-@register_advantage_estimator("opo")
+@register_advantage_estimator("opo", compares_responses=True)
 def opo(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
     """OPO (Hao et al., 2025, arXiv:2505.23585): A_i = s_i − b_g, b_g the length-weighted mean score of g.
 
@@ -365,7 +379,7 @@ def opo(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Te
     return _per_token(scores - baseline, mask)
 
 
-@register_advantage_estimator("gpg")
+@register_advantage_estimator("gpg", compares_responses=True)
 def gpg(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Tensor, Tensor]:
     """GPG (Chu et al., 2025, arXiv:2504.02546): A_i = α (s_i − mean_g s), α = B / #{i : s_i ≠ 0}.
 

@@ -25,7 +25,6 @@ QUICKSTART = PRESETS_DIR / "quickstart.yaml"
 """The embedded default job of ``python -m agentfly_train`` with no arguments."""
 FILES_ENV = "agentfly/Files"
 """The env built from ``data.train_files`` + ``agent.tools`` + ``agent.reward_name`` when ``agent.env`` is unset."""
-GROUP_ESTIMATORS = ("grpo", "rloo", "opo", "grpo_passk", "gpg")
 """Estimators that compare the responses to one prompt, so need ``agent.num_chains >= 2``."""
 TINY_MODEL = "agentfly:tiny"
 """``actor_rollout_ref.model.path`` value that builds the tiny local model and tokenizer (no download)."""
@@ -421,9 +420,10 @@ class SFTWarmupConfig:
         enable: Run it.
         steps: Optimiser steps.
         lr: Peak learning rate.
-        lr_scheduler_type: ``linear`` (decay to 0), ``cosine`` or ``constant``, after the warm-up; each phase
-            (golden episodes, then the rest) has its own. With a constant rate the last batches' mix of
-            demonstrations moved the quickstart's tool-or-guess decision.
+        lr_scheduler_type: ``linear`` (decay to 0), ``cosine`` or ``constant``, after the warm-up of the last
+            phase. Each phase warms up; a golden phase followed by the rest holds the peak rate (warm-up, stable,
+            decay). With a constant rate the last batches' mix of demonstrations moved the quickstart's
+            tool-or-guess decision.
         warmup_ratio: Share of each phase's steps over which the rate rises linearly to ``lr``, in [0, 1).
         batch_size: Demonstrations per step.
         num_demos: Demonstrations to learn from (from the start of the training rows).
@@ -928,7 +928,7 @@ def _validate_model_path(config: TrainConfig) -> None:
 
 def _validate_algorithm(config: TrainConfig) -> None:
     """The checks of ``algorithm.*``, the actor's loss settings and ``critic.*``."""
-    from agentfly_train.algorithms import LOSS_AGG_MODES, ROLLOUT_IS_LEVELS, parse_is_threshold
+    from agentfly_train.algorithms import ADVANTAGE_ESTIMATORS, LOSS_AGG_MODES, ROLLOUT_IS_LEVELS, parse_is_threshold
 
     algorithm, actor, critic = config.algorithm, config.actor_rollout_ref.actor, config.critic
     _check_choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, list(LOSS_AGG_MODES))
@@ -954,17 +954,21 @@ def _validate_algorithm(config: TrainConfig) -> None:
             f"actor_rollout_ref.actor.kl_loss_coef={actor.kl_loss_coef} with use_kl_loss=true; "
             "set use_kl_loss=false to train without the KL loss"
         )
-    if algorithm.adv_estimator in GROUP_ESTIMATORS and config.agent.num_chains < 2:
+    estimator = ADVANTAGE_ESTIMATORS[algorithm.adv_estimator]
+    if estimator.compares_responses and config.agent.num_chains < 2:
+        alone = ", ".join(name for name, other in ADVANTAGE_ESTIMATORS.items() if not other.compares_responses)
         raise ConfigError(
             f"algorithm.adv_estimator={algorithm.adv_estimator} compares the responses to one prompt: set "
-            "agent.num_chains >= 2, or use an estimator that needs no group (reinforce_plus_plus, "
-            "reinforce_plus_plus_baseline, remax, gae)"
+            f"agent.num_chains >= 2, or use an estimator that needs no group ({alone})"
         )
     if config.trainer.critic_warmup < 0:
         raise ConfigError(f"trainer.critic_warmup must be >= 0, got {config.trainer.critic_warmup}")
-    if algorithm.adv_estimator != "gae":
+    if not estimator.trains_critic:
         if config.trainer.critic_warmup:
-            raise ConfigError("trainer.critic_warmup warms up PPO's critic; only algorithm.adv_estimator=gae has one")
+            critics = ", ".join(name for name, other in ADVANTAGE_ESTIMATORS.items() if other.trains_critic)
+            raise ConfigError(
+                f"trainer.critic_warmup warms up PPO's critic; only algorithm.adv_estimator={critics} has one"
+            )
         return
     for key, value in (
         ("critic.optim.lr", critic.optim.lr),

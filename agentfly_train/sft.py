@@ -135,7 +135,8 @@ def warm_start(
         use_cpu: Train on CPU.
         seed: Data order and dropout seed.
         bf16: bfloat16 mixed precision (must match the RL trainer's: Accelerate's state is per process).
-        lr_scheduler_type: The rate after the warm-up: ``linear`` (to 0), ``cosine`` or ``constant``.
+        lr_scheduler_type: The rate after the warm-up: ``linear`` (to 0), ``cosine``, ``constant`` or
+            ``constant_with_warmup`` (transformers' schedule names).
         warmup_ratio: Share of the steps over which the rate rises linearly to ``lr``.
 
     Returns:
@@ -187,7 +188,8 @@ def warm_start_on_demonstrations(
     bf16: bool = False,
 ) -> tuple[Any, float]:
     """The ``sft.*`` warm start: the first ``sft.golden_fraction`` of ``sft.steps`` on golden episodes, the rest on
-    the demonstrations with ``sft.guess_fraction`` guesses (each phase with its own warm-up and decay).
+    the demonstrations with ``sft.guess_fraction`` guesses. Each phase warms up; the golden phase then holds the
+    peak rate and the last phase decays it (``sft.lr_scheduler_type``): warm-up, stable, decay.
 
     Args:
         model: The policy.
@@ -208,14 +210,18 @@ def warm_start_on_demonstrations(
     from agentfly_train.sharding import unsharded_copy
 
     golden_steps = round(sft.golden_fraction * sft.steps)
-    phases = [(0.0, golden_steps), (sft.guess_fraction, sft.steps - golden_steps)]
+    rest = sft.steps - golden_steps
+    # Warm-up, stable, decay: a golden phase followed by the rest holds the peak rate, the rest decays it. A rate
+    # decaying during the golden phase left copying unlearnt in some seeds.
+    golden_schedule = "constant_with_warmup" if rest else sft.lr_scheduler_type
+    phases = [(0.0, golden_steps, golden_schedule), (sft.guess_fraction, rest, sft.lr_scheduler_type)]
     total = 0.0
-    for guess_fraction, steps in phases:
+    for guess_fraction, steps, schedule in phases:
         if steps:
             rows = golden_token_rows(env, codec, tasks, guess_fraction, seed)
             loss = warm_start(model, tokenizer, rows, steps=steps, lr=sft.lr, batch_size=sft.batch_size,
                               output_dir=output_dir, use_cpu=use_cpu, seed=seed, bf16=bf16,
-                              lr_scheduler_type=sft.lr_scheduler_type, warmup_ratio=sft.warmup_ratio)  # fmt: skip
+                              lr_scheduler_type=schedule, warmup_ratio=sft.warmup_ratio)  # fmt: skip
             total += loss * steps
             model = unsharded_copy(model)  # collective under FSDP2: every process runs the same phases
     return model, total / sft.steps

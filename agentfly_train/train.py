@@ -445,7 +445,8 @@ def make_trainer(
 ) -> Any:
     """The :class:`~agentfly_train.trainer.AgentGRPOTrainer` of a run: the rollout engine over a pool of
     training envs, the algorithm's settings, the KL controller (with ``use_kl_in_reward``), and the critic
-    (with ``gae``, built now, so ``critic.model.path=null`` copies the policy as it is after the warm start).
+    (with an estimator that trains one, ``gae``; built now, so ``critic.model.path=null`` copies the policy as it
+    is after the warm start).
 
     Args:
         config: The validated configuration.
@@ -457,7 +458,7 @@ def make_trainer(
         val_tasks: Validation rows.
         world_size: Processes in the launch.
     """
-    from agentfly_train.algorithms import make_kl_controller
+    from agentfly_train.algorithms import get_advantage_estimator, make_kl_controller
     from agentfly_train.critic import build_value_model
     from agentfly_train.models import lora_config
     from agentfly_train.trainer import AgentGRPOTrainer
@@ -465,7 +466,7 @@ def make_trainer(
 
     agent = agent_rollout(config, codec, env_kwargs(config))
     critic_model = critic = kl_ctrl = None
-    if config.algorithm.adv_estimator == "gae":
+    if get_advantage_estimator(config.algorithm.adv_estimator).trains_critic:
         trust_remote_code = config.actor_rollout_ref.model.trust_remote_code
         critic_model = build_value_model(config.critic.model.path, model, trust_remote_code)
         critic = critic_settings(config, world_size)

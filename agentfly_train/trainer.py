@@ -53,6 +53,7 @@ from agentfly_train.algorithms import (
     agg_loss,
     compute_advantage,
     full_kl,
+    get_advantage_estimator,
     kl_penalty,
     policy_loss,
     rollout_is_weights,
@@ -240,7 +241,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         agent: The rollout engine's settings and envs.
         rl: The algorithm.
         kl_ctrl: The KL-in-reward controller (required with ``rl.use_kl_in_reward``).
-        critic_model: The value model (required with ``rl.adv_estimator="gae"``; see
+        critic_model: The value model (required with an estimator that trains a critic, ``gae``; see
             :func:`~agentfly_train.critic.build_value_model`); prepared by Accelerate here, with gradient
             checkpointing when ``args.gradient_checkpointing``.
         critic_settings: How to train it.
@@ -276,6 +277,7 @@ class AgentGRPOTrainer(GRPOTrainer):
     ) -> None:
         self.agent = agent
         self.rl = rl or RLSettings()
+        self.estimator = get_advantage_estimator(self.rl.adv_estimator)
         self.kl_ctrl = kl_ctrl
         self.val_rows = list(val_rows or [])
         self.val_batch_size = val_batch_size
@@ -367,7 +369,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             trajectories = self.agent.run(backend, self._batch_tasks, params, timing)
         self._metrics[mode]["timing/engine_idle_frac"].append(timing.idle_fraction)
         self._batch_rewards = [t.reward for t in trajectories]
-        if self.rl.adv_estimator == "remax":
+        if self.estimator.needs_greedy_baseline:
             self._batch_baselines = self._greedy_rewards(self._batch_tasks)
             self._metrics[mode]["reward/greedy_baseline/mean"].append(sum(self._batch_baselines) / len(trajectories))
         self._record_rollout(mode, trajectories, time.perf_counter() - start)
@@ -515,7 +517,7 @@ class AgentGRPOTrainer(GRPOTrainer):
             all_mask,
             index=torch.arange(all_mask.shape[0], device=all_mask.device) // group_size,
             values=all_values,
-            reward_baselines=self._gathered(self._batch_baselines) if self.rl.adv_estimator == "remax" else None,
+            reward_baselines=self._gathered(self._batch_baselines) if self.estimator.needs_greedy_baseline else None,
             gamma=self.rl.gamma,
             lam=self.rl.lam,
             norm_adv_by_std_in_grpo=self.rl.norm_adv_by_std_in_grpo,
@@ -830,8 +832,8 @@ def _check_setup(
     rl: RLSettings, args: Any, kl_ctrl: KLController | None, critic_model: Any, critic_settings: CriticSettings | None
 ) -> None:
     """Raises ``ValueError`` when the trainer's arguments cannot run ``rl``."""
-    if rl.adv_estimator == "gae" and (critic_model is None or critic_settings is None):
-        raise ValueError("adv_estimator='gae' trains a critic: pass critic_model and critic_settings")
+    if get_advantage_estimator(rl.adv_estimator).trains_critic and (critic_model is None or critic_settings is None):
+        raise ValueError(f"adv_estimator={rl.adv_estimator!r} trains a critic: pass critic_model and critic_settings")
     if rl.use_kl_in_reward and kl_ctrl is None:
         raise ValueError("use_kl_in_reward needs kl_ctrl (algorithms.make_kl_controller)")
     if args is None:

@@ -383,6 +383,34 @@ def test_unsupported_algorithm_combinations_fail_with_the_fix(overrides, message
     assert message in str(error.value)
 
 
+def test_what_an_estimator_needs_comes_from_its_registration(monkeypatch):
+    """The checks ask the registered estimator, never its name: a new estimator that compares the responses to a
+    prompt, or that takes a critic's values, gets the same checks as grpo and gae."""
+    import torch
+
+    from agentfly_train import algorithms
+
+    def by_group(token_level_rewards, mask, *, group):
+        return torch.zeros_like(mask), torch.zeros_like(mask)
+
+    def by_values(token_level_rewards, mask, *, values):
+        return torch.zeros_like(mask), torch.zeros_like(mask)
+
+    registry = dict(algorithms.ADVANTAGE_ESTIMATORS)
+    monkeypatch.setattr(algorithms, "ADVANTAGE_ESTIMATORS", registry)
+    algorithms.register_advantage_estimator("my_group", compares_responses=True)(by_group)
+    algorithms.register_advantage_estimator("my_critic")(by_values)
+    assert not registry["my_group"].trains_critic and not registry["my_group"].needs_greedy_baseline
+    assert registry["remax"].needs_greedy_baseline and registry["gae"].trains_critic
+    with pytest.raises(ConfigError, match=r"my_group compares the responses.*needs no group \(.*my_critic"):
+        quickstart_config(["algorithm.adv_estimator=my_group", "agent.num_chains=1"])
+    assert registry["my_critic"].trains_critic
+    with pytest.raises(ConfigError, match=r"critic\.optim\.lr must be > 0"):
+        quickstart_config(["algorithm.adv_estimator=my_critic", "critic.optim.lr=0"])
+    with pytest.raises(ConfigError, match=r"only algorithm.adv_estimator=gae, my_critic has one"):
+        quickstart_config(["algorithm.adv_estimator=grpo", "trainer.critic_warmup=1"])
+
+
 @pytest.mark.parametrize(
     "estimator", ["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gae", "opo", "gpg"]
 )

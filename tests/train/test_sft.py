@@ -80,7 +80,12 @@ def test_a_guess_fraction_outside_zero_one_is_a_config_error(value):
 
 
 @pytest.mark.parametrize(
-    ("golden_fraction", "phases"), [(0.0, [(0.75, 4)]), (0.75, [(0.0, 3), (0.75, 1)]), (1.0, [(0.0, 4)])]
+    ("golden_fraction", "phases"),
+    [
+        (0.0, [(0.75, 4, "linear")]),
+        (0.75, [(0.0, 3, "constant_with_warmup"), (0.75, 1, "linear")]),  # warm-up, stable, decay
+        (1.0, [(0.0, 4, "linear")]),
+    ],
 )
 def test_the_warm_start_learns_golden_episodes_first_then_the_demonstrations_with_guesses(
     demo_setup, monkeypatch, golden_fraction, phases
@@ -93,9 +98,9 @@ def test_the_warm_start_learns_golden_episodes_first_then_the_demonstrations_wit
     config = quickstart_config(["sft.steps=4", f"sft.golden_fraction={golden_fraction}", "sft.guess_fraction=0.75"])
     calls = []
 
-    def record(model, tokenizer, demos, *, steps, **kwargs):
+    def record(model, tokenizer, demos, *, steps, lr_scheduler_type, **kwargs):
         guesses = sum("<tool_call>" not in _trained(tokenizer, row) for row in demos)
-        calls.append((guesses / len(demos), steps))
+        calls.append((guesses / len(demos), steps, lr_scheduler_type))
         return float(steps)  # a loss that tells the phases apart
 
     monkeypatch.setattr(sft, "warm_start", record)
@@ -105,7 +110,7 @@ def test_the_warm_start_learns_golden_episodes_first_then_the_demonstrations_wit
     )
     assert returned is model
     assert calls == phases
-    assert loss == pytest.approx(sum(steps * steps for _, steps in phases) / 4)  # the mean over all steps
+    assert loss == pytest.approx(sum(steps * steps for _, steps, _ in phases) / 4)  # the mean over all steps
 
 
 @pytest.mark.parametrize("value", ["-0.1", "1.5"])
