@@ -25,7 +25,6 @@ QUICKSTART = PRESETS_DIR / "quickstart.yaml"
 """The embedded default job of ``python -m agentfly_train`` with no arguments."""
 FILES_ENV = "agentfly/Files"
 """The env built from ``data.train_files`` + ``agent.tools`` + ``agent.reward_name`` when ``agent.env`` is unset."""
-"""Estimators that compare the responses to one prompt, so need ``agent.num_chains >= 2``."""
 TINY_MODEL = "agentfly:tiny"
 """``actor_rollout_ref.model.path`` value that builds the tiny local model and tokenizer (no download)."""
 
@@ -819,13 +818,12 @@ def validate(config: TrainConfig) -> None:
         )
     if trainer.log_train_generations < 0:
         raise ConfigError(f"trainer.log_train_generations must be >= 0, got {trainer.log_train_generations}")
-    if not 0.0 <= config.sft.guess_fraction <= 1.0:
-        raise ConfigError(f"sft.guess_fraction must be in [0, 1], got {config.sft.guess_fraction}")
     _check_choice("sft.lr_scheduler_type", config.sft.lr_scheduler_type, SFT_SCHEDULES)
     if not 0.0 <= config.sft.warmup_ratio < 1.0:
         raise ConfigError(f"sft.warmup_ratio must be in [0, 1), got {config.sft.warmup_ratio}")
-    if not 0.0 <= config.sft.golden_fraction <= 1.0:
-        raise ConfigError(f"sft.golden_fraction must be in [0, 1], got {config.sft.golden_fraction}")
+    for key in ("guess_fraction", "golden_fraction"):
+        if not 0.0 <= getattr(config.sft, key) <= 1.0:
+            raise ConfigError(f"sft.{key} must be in [0, 1], got {getattr(config.sft, key)}")
     if rollout.temperature < 0 or rollout.val_temperature < 0:
         raise ConfigError("actor_rollout_ref.rollout.temperature and .val_temperature must be >= 0")
     mini = actor.ppo_mini_batch_size or data.train_batch_size

@@ -40,8 +40,8 @@ def golden_token_rows(
         tasks: Task rows with golden solutions.
         guess_fraction: Share of the demonstrations (chosen at random, in [0, 1]) in which the demonstrator
             skips the tools and answers at once with a guess: the golden answer of another task (right by chance
-            where the two share it). The guessed answer's tokens are masked out of the loss (with a fast tokenizer,
-            which gives character offsets; all the model families we support have one), unless ``wrong_guesses``.
+            where the two share it). The guessed answer's tokens are masked out of the loss (located as
+            :func:`_assistant_turn` says), unless ``wrong_guesses``.
             Tasks with no golden answer (a world's games, which end in the world) are always demonstrated in full.
         seed: Seed of that choice.
         wrong_guesses: Guess only answers that differ from the task's own (for a few tasks repeated, where another

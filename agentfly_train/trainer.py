@@ -49,6 +49,7 @@ from trl import GRPOTrainer
 from agentfly_envs.runtime import EnvPool
 from agentfly_train.algorithms import (
     ROLLOUT_IS_METRICS,
+    AdvantageEstimator,
     KLController,
     agg_loss,
     compute_advantage,
@@ -289,7 +290,7 @@ class AgentGRPOTrainer(GRPOTrainer):
         self._train_samples_step, self._train_samples_written = -1, 0
         self._reward_errors_noted: set[str] = set()  # reward failures already printed, once per distinct message
         self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
-        _check_setup(self.rl, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)
+        _check_setup(self.rl, self.estimator, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)
         super().__init__(reward_funcs=[env_reward], rollout_func=self._rollout, **kwargs)
         if critic_model is not None and (
             self.is_deepspeed_enabled or (self.is_fsdp_enabled and not self.accelerator.is_fsdp2)
@@ -829,10 +830,15 @@ class AgentGRPOTrainer(GRPOTrainer):
 
 
 def _check_setup(
-    rl: RLSettings, args: Any, kl_ctrl: KLController | None, critic_model: Any, critic_settings: CriticSettings | None
+    rl: RLSettings,
+    estimator: AdvantageEstimator,
+    args: Any,
+    kl_ctrl: KLController | None,
+    critic_model: Any,
+    critic_settings: CriticSettings | None,
 ) -> None:
-    """Raises ``ValueError`` when the trainer's arguments cannot run ``rl``."""
-    if get_advantage_estimator(rl.adv_estimator).trains_critic and (critic_model is None or critic_settings is None):
+    """Raises ``ValueError`` when the trainer's arguments cannot run ``rl`` (whose estimator is ``estimator``)."""
+    if estimator.trains_critic and (critic_model is None or critic_settings is None):
         raise ValueError(f"adv_estimator={rl.adv_estimator!r} trains a critic: pass critic_model and critic_settings")
     if rl.use_kl_in_reward and kl_ctrl is None:
         raise ValueError("use_kl_in_reward needs kl_ctrl (algorithms.make_kl_controller)")

@@ -73,10 +73,11 @@ def test_guesses_are_wrong_even_among_repeated_tasks_and_tasks_of_one_answer_are
     assert all("<tool_call>" in _completion(tokenizer, row) for row in same)
 
 
+@pytest.mark.parametrize("key", ["guess_fraction", "golden_fraction"])
 @pytest.mark.parametrize("value", ["-0.1", "1.5"])
-def test_a_guess_fraction_outside_zero_one_is_a_config_error(value):
-    with pytest.raises(ConfigError, match=r"sft.guess_fraction must be in \[0, 1\]"):
-        quickstart_config([f"sft.guess_fraction={value}"])
+def test_a_fraction_outside_zero_one_is_a_config_error(key, value):
+    with pytest.raises(ConfigError, match=rf"sft.{key} must be in \[0, 1\]"):
+        quickstart_config([f"sft.{key}={value}"])
 
 
 @pytest.mark.parametrize(
@@ -111,12 +112,6 @@ def test_the_warm_start_learns_golden_episodes_first_then_the_demonstrations_wit
     assert returned is model
     assert calls == phases
     assert loss == pytest.approx(sum(steps * steps for _, steps, _ in phases) / 4)  # the mean over all steps
-
-
-@pytest.mark.parametrize("value", ["-0.1", "1.5"])
-def test_a_golden_fraction_outside_zero_one_is_a_config_error(value):
-    with pytest.raises(ConfigError, match=r"sft.golden_fraction must be in \[0, 1\]"):
-        quickstart_config([f"sft.golden_fraction={value}"])
 
 
 @pytest.mark.parametrize(
