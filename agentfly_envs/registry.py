@@ -1,6 +1,8 @@
 """A name -> object registry with a decorator to fill it and helpful errors on lookup.
 
-Each kind of component (tools, parsers, rewards, task sources) has one :class:`Registry`.
+Each kind of component has one :class:`Registry`: tools, parsers, rewards and task sources here, and in
+``agentfly_train`` advantage estimators, KL penalties and controllers, loss aggregations, generation backends and
+launchers.
 
 Example:
     >>> COLOURS = Registry("colour", where="my_module.py")
@@ -105,6 +107,10 @@ class Registry(Generic[T]):
                 f"{self.kind} {name!r} is not registered{guess} Known: {', '.join(sorted(self._entries))}. "
                 f"Add one with {self.how} in {self.where}."
             ) from None
+
+    def items(self) -> list[tuple[str, T]]:
+        """``(name, entry)`` pairs, sorted by name."""
+        return [(name, self._entries[name]) for name in self]
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -18,6 +18,10 @@ budgets (its ``config.json``), with the config files and overrides on top, and w
 
 ``python -m agentfly_train report RUN_DIR [--out FILE]`` writes the run's self-contained HTML report (curves and
 episode browser; default ``RUN_DIR/report.html``) and prints its path; it works while the run is going.
+
+``python -m agentfly_train list KIND [agent.imports=[...]]`` lists what the configuration can name: ``envs``,
+``tools``, ``rewards``, ``parsers``, ``estimators``, ``backends``, ``launchers``, ``templates``, or every ``keys``
+with its default and a line of help (:mod:`agentfly_train.catalog`); with ``agent.imports``, the user's own too.
 """
 
 from __future__ import annotations
@@ -33,12 +37,20 @@ from collections.abc import Sequence
 from agentfly_train.checkpoints import CheckpointDiskFullError
 from agentfly_train.config import QUICKSTART, ConfigError, TrainConfig, load_config
 
+COMMANDS = ("train", "eval", "report", "list")
+
 
 def _parser() -> argparse.ArgumentParser:
+    from agentfly_train.catalog import LISTINGS
+
     parser = argparse.ArgumentParser(
         prog="python -m agentfly_train",
-        description="Train (default) or evaluate (`eval`) an agent on an agentfly env.",
-        epilog="Overrides are Hydra-style dotted keys, e.g. agent.env=agentfly/GSM8K-Calc data.train_batch_size=16.",
+        description="Train (default) or evaluate (`eval`) an agent on an agentfly env; `report RUN_DIR` writes a "
+        f"run's HTML report; `list {{{','.join(LISTINGS)}}}` lists what the configuration can name.",
+        epilog="Overrides are Hydra-style dotted keys, e.g. agent.env=agentfly/GSM8K-Calc data.train_batch_size=16; "
+        "`python -m agentfly_train list keys` prints every key with its default. User code (tools, rewards, "
+        "parsers, envs, estimators, backends) loads with agent.imports=[my_module,my_file.py] and "
+        "custom_reward_function.path=FILE.py custom_reward_function.name=FUNCTION.",
     )
     parser.add_argument("--config", action="append", default=[], help="YAML config file(s), merged in order")
     parser.add_argument("--samples", type=int, default=3, help="eval: sample trajectories to print")
@@ -48,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", help="report: the HTML file to write (default RUN_DIR/report.html)")
     parser.add_argument(
-        "overrides", nargs="*", help="key=value overrides; start with `eval` to evaluate, `report RUN_DIR` for a report"
+        "overrides",
+        nargs="*",
+        help="key=value overrides; start with `eval` to evaluate, `report RUN_DIR` for a report, `list KIND` to list",
     )
     return parser
 
@@ -72,12 +86,11 @@ def _interrupted(config: TrainConfig, argv: Sequence[str], step: int | None) -> 
 
 
 def _train(config: TrainConfig, show_progress: bool, argv: Sequence[str]) -> int:
-    try:
-        from agentfly_train.generation.vllm_server import RolloutServerError
-        from agentfly_train.ray_launch import launch, wants_ray
-        from agentfly_train.train import run
+    from agentfly_train.generation import BackendError
+    from agentfly_train.launchers import LaunchError, launcher_for
 
-        result = launch(config, show_progress) if wants_ray(config) else run(config, show_progress=show_progress)
+    try:
+        result = launcher_for(config).launch(config, show_progress)
     except KeyboardInterrupt as interrupt:  # checkpoints are written atomically: nothing is left half-saved
         if os.environ.get("RANK", "0") == "0":  # under a multi-process launch, one line from the first process
             print(_interrupted(config, argv, getattr(interrupt, "step", None)), file=sys.stderr)
@@ -93,16 +106,14 @@ def _train(config: TrainConfig, show_progress: bool, argv: Sequence[str]) -> int
         )
         print(f"error: {message}", file=sys.stderr)
         return 1
-    except RolloutServerError as error:
+    except BackendError as error:
         print(
             f"error: {error}; the run directory keeps the last checkpoint: rerun the same command "
             "(trainer.resume_mode=auto) to resume",
             file=sys.stderr,
         )
         return 1
-    except RuntimeError as error:  # a Ray worker failed (the message says how to resume)
-        if not wants_ray(config):
-            raise
+    except LaunchError as error:  # the message says how to resume
         print(f"error: {error}", file=sys.stderr)
         return 1
     before, after = result.val_before, result.val_after
@@ -146,17 +157,32 @@ def _report(arguments: list[str], out: str | None) -> int:
     return 0
 
 
+def _list(arguments: list[str]) -> int:
+    from agentfly_train.catalog import LISTINGS, listing
+    from agentfly_train.config import load_user_code
+
+    kind, overrides = (arguments[0], arguments[1:]) if arguments else (None, [])
+    if kind not in LISTINGS:
+        print(f"usage: python -m agentfly_train list {{{','.join(LISTINGS)}}} [agent.imports=[...]]", file=sys.stderr)
+        return 2
+    load_user_code(load_config(overrides, check=False))
+    print(listing(kind))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status (2 for a configuration or usage error)."""
     args = _parser().parse_intermixed_args(argv)
     command = "train"
     overrides = list(args.overrides)
-    if overrides and overrides[0] in ("train", "eval", "report"):
+    if overrides and overrides[0] in COMMANDS:
         command = overrides.pop(0)
     if command == "report":
         return _report(overrides, args.out)
     config_files = args.config or ([] if overrides else [QUICKSTART])
     try:
+        if command == "list":
+            return _list(overrides)
         if command == "eval" and not args.dry_run:
             _eval(overrides, config_files, args.samples)
             return 0

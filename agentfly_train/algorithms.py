@@ -26,7 +26,6 @@ same inputs. Where verl's output is an accident of its implementation we differ,
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
@@ -35,8 +34,9 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
+from agentfly_envs.registry import Registry
+
 Fn = TypeVar("Fn", bound=Callable)
-T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Registries: every variant is chosen once, by name, from config.
@@ -73,29 +73,20 @@ class AdvantageEstimator:
 ESTIMATOR_INPUTS = ("group", "values", "reward_baselines", "gamma", "lam", "norm_adv_by_std_in_grpo", "epsilon")
 """What an estimator may ask for. ``group`` is ``compute_advantage``'s ``index`` as ``(B,)`` int64 ids 0..G-1."""
 
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
+    "advantage estimator", where="agentfly_train/algorithms.py", how="@register_advantage_estimator(name)"
+)
 """Estimator name (``algorithm.adv_estimator``) -> estimator."""
 
-KL_PENALTIES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {}
+KL_PENALTIES: Registry[Callable[[Tensor, Tensor], Tensor]] = Registry(
+    "KL penalty", where="agentfly_train/algorithms.py"
+)
 """KL kind (``algorithm.kl_penalty``, ``actor.kl_loss_type``) -> ``fn(logprob, ref_logprob) -> (B, T) estimate``."""
 
-LOSS_AGG_MODES: dict[str, Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]] = {}
+LOSS_AGG_MODES: Registry[Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]] = Registry(
+    "loss aggregation mode", where="agentfly_train/algorithms.py"
+)
 """Mode (``actor.loss_agg_mode``) -> ``fn(loss_mat, mask) -> (total, default denominator)``, mask 0/1 float."""
-
-
-def _add(registry: dict, name: str, entry: object) -> None:
-    if name in registry:
-        raise ValueError(f"{name!r} is already registered (to {registry[name]!r}); pick another name.")
-    registry[name] = entry
-
-
-def _lookup(registry: dict[str, T], what: str, name: str) -> T:
-    try:
-        return registry[name]
-    except (KeyError, TypeError):
-        close = difflib.get_close_matches(str(name), list(registry), n=1)
-        guess = f"; did you mean {close[0]!r}?" if close else "."
-        raise ValueError(f"unknown {what} {name!r}{guess} Known: {', '.join(registry)}.") from None
 
 
 def register_advantage_estimator(name: str, *, compares_responses: bool = False) -> Callable[[Fn], Fn]:
@@ -112,21 +103,21 @@ def register_advantage_estimator(name: str, *, compares_responses: bool = False)
         unknown = sorted(set(inputs) - set(ESTIMATOR_INPUTS))
         if unknown:
             raise ValueError(f"estimator {name!r} asks for {unknown}; estimators can take {ESTIMATOR_INPUTS}.")
-        _add(ADVANTAGE_ESTIMATORS, name, AdvantageEstimator(fn, inputs, compares_responses))
+        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(fn, inputs, compares_responses))
         return fn
 
     return decorator
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
-    """The estimator registered as ``name``; raises ``ValueError`` naming the closest known one."""
-    return _lookup(ADVANTAGE_ESTIMATORS, "advantage estimator", name)
+    """The estimator registered as ``name``; raises ``UnknownNameError`` naming the closest known one."""
+    return ADVANTAGE_ESTIMATORS.get(name)
 
 
-def _register(registry: dict, *names: str) -> Callable[[Fn], Fn]:
+def _register(registry: Registry, *names: str) -> Callable[[Fn], Fn]:
     def decorator(fn: Fn) -> Fn:
         for name in names:
-            _add(registry, name, fn)
+            registry.add(name, fn)
         return fn
 
     return decorator
@@ -434,7 +425,8 @@ def compute_advantage(
         Outcome estimators return their advantages as returns.
 
     Raises:
-        ValueError: unknown estimator (with the closest name), a missing input it needs, or mismatched shapes.
+        UnknownNameError: unknown estimator (the message names the closest).
+        ValueError: a missing input the estimator needs, or mismatched shapes.
     """
     entry = get_advantage_estimator(estimator)
     shape = token_level_rewards.shape
@@ -508,7 +500,7 @@ def _with_k2_gradient(estimate: Callable[[Tensor, Tensor], Tensor]) -> Callable[
 
 def _register_straight_through_variants() -> None:
     for name, estimate in list(KL_PENALTIES.items()):
-        _add(KL_PENALTIES, f"{name}+", _with_k2_gradient(estimate))
+        KL_PENALTIES.add(f"{name}+", _with_k2_gradient(estimate))
 
 
 _register_straight_through_variants()
@@ -584,7 +576,7 @@ def full_kl(logits: Tensor, ref_logits: Tensor, chunk_size: int = 256) -> Tensor
     return _FullKL.apply(logits, ref_logits, chunk_size)
 
 
-_add(KL_PENALTIES, "full", full_kl)
+KL_PENALTIES.add("full", full_kl)
 
 
 def kl_penalty(logprob: Tensor, ref_logprob: Tensor, kind: str) -> Tensor:
@@ -599,7 +591,7 @@ def kl_penalty(logprob: Tensor, ref_logprob: Tensor, kind: str) -> Tensor:
     Returns:
         (B, T) KL estimate in nats per token, unmasked (mask it yourself).
     """
-    return _lookup(KL_PENALTIES, "KL penalty", kind)(logprob, ref_logprob)
+    return KL_PENALTIES.get(kind)(logprob, ref_logprob)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -657,16 +649,17 @@ class AdaptiveKLController(KLController):
         self.value *= 1 + error * n_steps / self.horizon
 
 
-KL_CONTROLLERS: dict[str, Callable[[float, float, float], KLController]] = {
-    "fixed": lambda kl_coef, target_kl, horizon: FixedKLController(kl_coef),
-    "adaptive": AdaptiveKLController,
-}
+KL_CONTROLLERS: Registry[Callable[[float, float, float], KLController]] = Registry(
+    "KL controller type", where="agentfly_train/algorithms.py"
+)
 """``algorithm.kl_ctrl.type`` -> ``factory(kl_coef, target_kl, horizon)``."""
+KL_CONTROLLERS.add("fixed", lambda kl_coef, target_kl, horizon: FixedKLController(kl_coef))
+KL_CONTROLLERS.add("adaptive", AdaptiveKLController)
 
 
 def make_kl_controller(kind: str, kl_coef: float, target_kl: float = 0.1, horizon: float = 10000) -> KLController:
     """The controller of ``algorithm.kl_ctrl``: ``kind`` is "fixed" (ignores target_kl, horizon) or "adaptive"."""
-    return _lookup(KL_CONTROLLERS, "KL controller type", kind)(kl_coef, target_kl, horizon)
+    return KL_CONTROLLERS.get(kind)(kl_coef, target_kl, horizon)
 
 
 @torch.no_grad()
@@ -780,7 +773,7 @@ def agg_loss(loss_mat: Tensor, loss_mask: Tensor, mode: str, *, denominator: flo
     Returns:
         Scalar loss; 0 when the batch has nothing to count (verl: NaN).
     """
-    total, count = _lookup(LOSS_AGG_MODES, "loss aggregation mode", mode)(loss_mat, _float_mask(loss_mask, loss_mat))
+    total, count = LOSS_AGG_MODES.get(mode)(loss_mat, _float_mask(loss_mask, loss_mat))
     return total / (count.clamp(min=1) if denominator is None else denominator)
 
 
@@ -959,3 +952,50 @@ def rollout_is_weights(
         outside[units].float().mean() if selected.numel() else empty,
     )
     return weights, dict(zip(ROLLOUT_IS_METRICS, values, strict=True))
+
+
+def rollout_gap(
+    train_logps: Tensor, sampling_logps: Tensor, response_mask: Tensor, level: str | None, threshold: str | float
+) -> tuple[Tensor | None, Tensor]:
+    """The gap between the trainer's and the engine's log-probs of the sampled tokens of some rows, as one statistics
+    vector that sums across chunks and processes (:func:`rollout_gap_metrics`).
+
+    Args:
+        train_logps: (b, T) log π_train, the policy before this step's update (no gradient).
+        sampling_logps: (b, T) log π_rollout, the engine's log-probs (NaN where it gave none).
+        response_mask: (b, T) bool or 0/1: the sampled tokens.
+        level: ``rollout_is`` (``token``, ``sequence``), or ``None`` for no importance weights.
+        threshold: ``rollout_is_threshold``.
+
+    Returns:
+        (the (b, T) importance weights of ``level`` (:func:`rollout_is_weights`), or ``None`` without it; a (k,)
+        float vector: |log-ratio| sum, token count and max, then with ``level`` the weights' metrics).
+    """
+    mask = _float_mask(response_mask, train_logps)
+    log_ratio = torch.nan_to_num(train_logps.detach() - sampling_logps) * mask
+    gap = log_ratio.abs()
+    stats = [gap.sum(), mask.sum(), gap.max()]
+    weights = None
+    if level is not None:
+        weights, metrics = rollout_is_weights(log_ratio, mask, level, threshold)
+        stats += metrics.values()
+    return weights, torch.stack([stat.float() for stat in stats])
+
+
+def rollout_gap_metrics(chunks: Tensor) -> dict[str, float]:
+    """A rollout batch's gap from the :func:`rollout_gap` vectors of its chunks (micro-batches, processes):
+    ``rollout/logprob_diff_mean`` and ``_max`` of |log π_train − log π_rollout|, and when the vectors carry importance
+    weights' metrics, ``rollout_corr/*`` (means of the chunks' means; min and max of the raw ratios).
+
+    Args:
+        chunks: (n, k) float, one :func:`rollout_gap` vector per chunk.
+    """
+    metrics = {
+        "rollout/logprob_diff_mean": (chunks[:, 0].sum() / chunks[:, 1].sum().clamp(min=1)).item(),
+        "rollout/logprob_diff_max": chunks[:, 2].max().item(),
+    }
+    if chunks.shape[1] > 3:
+        reduce = {"rollout_is_raw_min": torch.min, "rollout_is_raw_max": torch.max}
+        for column, name in enumerate(ROLLOUT_IS_METRICS, start=3):
+            metrics[f"rollout_corr/{name}"] = reduce.get(name, torch.mean)(chunks[:, column]).item()
+    return metrics

@@ -80,7 +80,7 @@ def step_denominator(masks: Sequence[Tensor], mode: str, width: int, accelerator
     if mode == "token-sum":  # no count: the step's loss is its token sum (times the processes, whose gradients
         # are averaged), as verl's token-sum with dp_size
         return torch.tensor(1.0 / accelerator.num_processes, device=masks[0].device)
-    aggregate = LOSS_AGG_MODES[mode]
+    aggregate = LOSS_AGG_MODES.get(mode)
     count = torch.zeros((), device=masks[0].device)
     for mask in masks:
         padded = torch.nn.functional.pad(mask.float(), (0, width - mask.shape[1]))  # (b, width)

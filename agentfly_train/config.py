@@ -17,7 +17,13 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from agentfly_envs.errors import UnknownNameError
+from agentfly_envs.registry import Registry, close_match
+from agentfly_envs.user_code import UserCode, UserCodeError
+
+T = TypeVar("T")
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 """Packaged config files, named by their stem in ``--config NAME`` (e.g. ``--config quickstart``)."""
@@ -30,7 +36,6 @@ TINY_MODEL = "agentfly:tiny"
 
 AGENT_TYPES = {"hf": "hermes", "react": "react", "code": "code"}
 """``agent.agent_type`` -> the env parser that reads the model's turns."""
-BACKENDS = ("hf", "vllm")
 BACKEND_ALIASES = {"async_verl": "vllm", "verl": "vllm", "async_vllm": "vllm", "transformers": "hf"}
 """AgentFly's ``agent.init_args.backend`` values -> ours: its verl/vLLM engines are our vLLM backend (episodes
 asynchronous by default), its ``transformers`` one our ``hf``."""
@@ -38,7 +43,6 @@ TYPE_NAMES = {"Integer": "an integer", "Float": "a number", "bool": "true or fal
 """OmegaConf's type names in a conversion error -> what the one-line error says was expected."""
 LOGGERS = ("console", "wandb", "tensorboard")
 RESUME_MODES = ("auto", "disable", "resume_path")
-LAUNCHERS = ("auto", "local", "ray")
 SFT_SCHEDULES = ("linear", "cosine", "constant")
 WHOLE_MAPPINGS = ("agent.env_kwargs", "data.val_env_kwargs")
 """Mappings that a config file, or an override of the whole key, replaces instead of merging into: the default's
@@ -78,6 +82,9 @@ class AgentConfig:
         backend: Generation backend, ``hf`` or ``vllm`` (alias of ``actor_rollout_ref.rollout.name``); AgentFly's
             ``async_verl``, ``verl``, ``async_vllm`` mean ``vllm``, ``transformers`` means ``hf``
             (:data:`BACKEND_ALIASES`).
+        imports: The user's modules (dotted names) or ``.py`` files, imported before the configuration is checked
+            (and on every process that builds envs): what they register (tools, rewards, parsers, env ids,
+            estimators, backends) can then be named by the other keys.
     """
 
     env: str | None = None
@@ -93,6 +100,12 @@ class AgentConfig:
     max_tokens_per_turn: int = 1024
     use_agent: bool = True
     backend: str | None = None
+    imports: list[str] = field(default_factory=list)
+
+    @property
+    def turns(self) -> int:
+        """The turns an episode may take: ``max_turns``, or 1 with ``use_agent=false``."""
+        return self.max_turns if self.use_agent else 1
 
 
 @dataclass
@@ -283,6 +296,16 @@ class ActorConfig:
     ppo_epochs: int = 1
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
 
+    @property
+    def clip_low(self) -> float:
+        """ε_low: ``clip_ratio_low``, else ``clip_ratio``."""
+        return self.clip_ratio if self.clip_ratio_low is None else self.clip_ratio_low
+
+    @property
+    def clip_high(self) -> float:
+        """ε_high: ``clip_ratio_high``, else ``clip_ratio``."""
+        return self.clip_ratio if self.clip_ratio_high is None else self.clip_ratio_high
+
 
 @dataclass
 class RefConfig:
@@ -301,7 +324,9 @@ class RolloutConfig:
     """Generation (``actor_rollout_ref.rollout.*``).
 
     Attributes:
-        name: Backend, ``hf`` (transformers ``generate``) or ``vllm``.
+        name: Generation backend, a name in :data:`agentfly_train.generation.GENERATION_BACKENDS`: ``hf``
+            (transformers ``generate``) or ``vllm`` (with ``mode=server``: ``vllm_server``, which may also be named
+            directly).
         response_length: Token budget of a whole multi-turn completion (sampled + observation tokens).
         temperature: Sampling temperature for training rollouts.
         top_p: Nucleus sampling.
@@ -458,9 +483,10 @@ class TrainerConfig:
         nnodes: Nodes (checked against the Accelerate launch; with Ray, workers = ``nnodes x n_gpus_per_node``).
         n_gpus_per_node: Devices per node (checked against the Accelerate launch on GPUs; with Ray on CPUs, the
             CPU workers per node).
-        launcher: ``auto`` (on Ray when ``RAY_ADDRESS`` is set, else this process / the Accelerate launch),
-            ``local`` or ``ray`` (Ray Train workers on the cluster at ``RAY_ADDRESS``, the one ``ray start`` left
-            on this machine, or a new one-machine cluster; :mod:`agentfly_train.ray_launch`).
+        launcher: A launcher of :data:`agentfly_train.launchers.LAUNCHERS`: ``local`` (this process / the
+            Accelerate launch) or ``ray`` (Ray Train workers on the cluster at ``RAY_ADDRESS``, the one ``ray start``
+            left on this machine, or a new one-machine cluster; :mod:`agentfly_train.launchers.ray_train`), or
+            ``auto`` (``ray`` when ``RAY_ADDRESS`` is set, else ``local``).
         cpus_per_worker: CPUs Ray reserves for each training worker.
         save_freq: Checkpoint every this many steps (``-1``: never).
         max_ckpt_to_keep: Complete checkpoints to keep (>= 1); after each save the oldest beyond it are deleted
@@ -503,6 +529,22 @@ class TrainerConfig:
 
 
 @dataclass
+class CustomRewardFunctionConfig:
+    """A reward function from a file (``custom_reward_function.*``, verl's keys).
+
+    Attributes:
+        path: A ``.py`` file holding the function (``null``: none). It replaces the env's scoring, as
+            ``agent.reward_name`` would.
+        name: The function's name in the file (verl's default ``compute_score``), also the reward's registered name.
+            verl's signature ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` returning
+            a number or a dict with a ``score``, or agentfly's ``fn(response, ground_truth)``.
+    """
+
+    path: str | None = None
+    name: str = "compute_score"
+
+
+@dataclass
 class TrainConfig:
     """The whole configuration; its defaults are the training guide's (the quickstart is the preset
     :data:`QUICKSTART`)."""
@@ -514,6 +556,20 @@ class TrainConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sft: SFTWarmupConfig = field(default_factory=SFTWarmupConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+
+    @property
+    def user_code(self) -> UserCode:
+        """The user's code to load wherever envs are built: ``agent.imports`` and ``custom_reward_function``."""
+        reward = self.custom_reward_function
+        return UserCode(tuple(self.agent.imports), reward.path, reward.name)
+
+    @property
+    def reward_name(self) -> str | None:
+        """The reward replacing the env's scoring: ``custom_reward_function.name`` with a ``path``, else
+        ``agent.reward_name`` (``None``: the env's own)."""
+        reward = self.custom_reward_function
+        return reward.name if reward.path is not None else self.agent.reward_name
 
     @property
     def env_id(self) -> str:
@@ -527,16 +583,21 @@ class TrainConfig:
 
     @property
     def async_episodes(self) -> bool:
-        """``actor_rollout_ref.rollout.async_episodes`` resolved (``null``: on with vLLM)."""
+        """``actor_rollout_ref.rollout.async_episodes`` resolved (``null``: on with a backend that streams requests,
+        vLLM's)."""
+        from agentfly_train.generation import GENERATION_BACKENDS
+
         setting = self.actor_rollout_ref.rollout.async_episodes
-        return self.backend == "vllm" if setting is None else setting
+        return GENERATION_BACKENDS.get(self.backend).streams if setting is None else setting
 
     @property
     def backend(self) -> str:
-        """The generation backend: ``agent.backend`` if set (AgentFly's names mapped by :data:`BACKEND_ALIASES`),
-        else ``actor_rollout_ref.rollout.name``."""
+        """The generation backend's name in :data:`agentfly_train.generation.GENERATION_BACKENDS`:
+        ``agent.backend`` if set (AgentFly's names mapped by :data:`BACKEND_ALIASES`), else
+        ``actor_rollout_ref.rollout.name``; ``vllm`` with ``rollout.mode=server`` is ``vllm_server``."""
         name = self.agent.backend or self.actor_rollout_ref.rollout.name
-        return BACKEND_ALIASES.get(name, name)
+        name = BACKEND_ALIASES.get(name, name)
+        return "vllm_server" if name == "vllm" and self.actor_rollout_ref.rollout.mode == "server" else name
 
 
 def config_keys(schema: type = TrainConfig, prefix: str = "") -> Iterator[str]:
@@ -654,8 +715,27 @@ def load_config(
     except OmegaConfBaseException as error:
         raise ConfigError(f"cannot resolve the configuration: {error}") from None
     if check:
+        load_user_code(result)
         validate(result)
     return result
+
+
+def load_user_code(config: TrainConfig) -> None:
+    """Loads ``agent.imports`` and ``custom_reward_function`` in this process (:attr:`TrainConfig.user_code`).
+
+    Raises:
+        ConfigError: a module or file cannot be imported, or lacks the function (one line naming the key).
+    """
+    code = config.user_code
+    parts = {
+        "agent.imports": UserCode(imports=code.imports),
+        "custom_reward_function": UserCode(reward_file=code.reward_file, reward_function=code.reward_function),
+    }
+    for key, part in parts.items():
+        try:
+            part.load()
+        except UserCodeError as error:
+            raise ConfigError(f"{key}: {error}") from None
 
 
 def resolve_config_file(path: str | Path) -> Path:
@@ -720,29 +800,24 @@ def _clear_whole_mappings(config: Any, keys: Sequence[str]) -> None:
         OmegaConf.update(config, key, {}, merge=False)
 
 
-def _check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
+def check_choice(key: str, value: Any, choices: Sequence[str]) -> None:
+    """Raises ``ConfigError`` when ``value`` of ``key`` is not one of the fixed ``choices`` (naming the closest)."""
     if value not in choices:
-        close = difflib.get_close_matches(str(value), list(choices), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        close = close_match(str(value), choices)
+        hint = f"; did you mean {close!r}?" if close else ""
         raise ConfigError(f"{key}={value!r} is not one of {list(choices)}{hint}")
 
 
-def _check_registered(key: str, module: str, registry: str, names: Sequence[str | None]) -> None:
-    import importlib
-
-    from agentfly_envs.errors import UnknownNameError
-
-    entries = getattr(importlib.import_module(module), registry)
-    for name in names:
-        if name is None:
-            continue
-        try:
-            entries.get(name)
-        except UnknownNameError as error:
-            raise ConfigError(f"{key}: {error}") from None
+def registered(key: str, registry: Registry[T], name: str) -> T:
+    """The entry of ``registry`` that ``key`` names; ``ConfigError`` naming the closest name and how to add one."""
+    try:
+        return registry.get(name)
+    except UnknownNameError as error:
+        raise ConfigError(f"{key}: {error}") from None
 
 
-def _check_positive(key: str, value: int | float | None, allow_none: bool = False) -> None:
+def check_positive(key: str, value: int | float | None, allow_none: bool = False) -> None:
+    """Raises ``ConfigError`` unless ``value`` of ``key`` is > 0 (or ``None`` with ``allow_none``)."""
     if value is None and allow_none:
         return
     if value is None or value <= 0:
@@ -758,38 +833,50 @@ def validate(config: TrainConfig) -> None:
     import gymnasium as gym
 
     import agentfly_envs  # noqa: F401  (registers the env ids)
+    from agentfly_envs.rewards import REWARDS
+    from agentfly_envs.tools import TOOLS
     from agentfly_train.algorithms import ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_PENALTIES
+    from agentfly_train.generation import GENERATION_BACKENDS
+    from agentfly_train.launchers import AUTO, LAUNCHERS
 
     agent, algorithm, data = config.agent, config.algorithm, config.data
     actor, rollout, trainer = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.trainer
     if agent.env is not None and agent.env not in gym.registry:
         known = sorted(name for name in gym.registry if name.startswith("agentfly/"))
-        _check_choice("agent.env", agent.env, known)
+        check_choice("agent.env", agent.env, known)
     _validate_data_files(config)
     _validate_model_path(config)
-    _check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
+    check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
     if agent.backend == "client":
         raise ConfigError(
             "agent.backend=client (AgentFly's client of a served model) does not train the model: use "
             "agent.backend=vllm, with actor_rollout_ref.rollout.mode=server to generate on a separate vLLM server"
         )
-    _check_choice("actor_rollout_ref.rollout.name / agent.backend", config.backend, BACKENDS)
-    if config.async_episodes and config.backend != "vllm":
+    check_choice("actor_rollout_ref.rollout.mode", rollout.mode, ["colocate", "server"])
+    backend = registered("actor_rollout_ref.rollout.name / agent.backend", GENERATION_BACKENDS, config.backend)
+    if config.async_episodes and not backend.streams:
         raise ConfigError(
-            "actor_rollout_ref.rollout.async_episodes=true needs rollout.name=vllm (a streaming engine); the HF "
-            "backend runs turn by turn"
+            f"actor_rollout_ref.rollout.async_episodes=true needs a backend that streams requests (vllm); "
+            f"{config.backend} runs turn by turn"
         )
-    _check_choice("algorithm.adv_estimator", algorithm.adv_estimator, list(ADVANTAGE_ESTIMATORS))
-    _check_choice("algorithm.kl_penalty", algorithm.kl_penalty, list(KL_PENALTIES))
-    _check_choice("algorithm.kl_ctrl.type", algorithm.kl_ctrl.type, list(KL_CONTROLLERS))
-    _check_choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, list(KL_PENALTIES))
-    _check_choice("actor_rollout_ref.model.dtype", config.actor_rollout_ref.model.dtype, DTYPES)
-    _check_choice("trainer.resume_mode", trainer.resume_mode, RESUME_MODES)
-    _check_choice("trainer.launcher", trainer.launcher, LAUNCHERS)
+    registered("algorithm.adv_estimator", ADVANTAGE_ESTIMATORS, algorithm.adv_estimator)
+    registered("algorithm.kl_penalty", KL_PENALTIES, algorithm.kl_penalty)
+    registered("algorithm.kl_ctrl.type", KL_CONTROLLERS, algorithm.kl_ctrl.type)
+    registered("actor_rollout_ref.actor.kl_loss_type", KL_PENALTIES, actor.kl_loss_type)
+    check_choice("actor_rollout_ref.model.dtype", config.actor_rollout_ref.model.dtype, DTYPES)
+    check_choice("trainer.resume_mode", trainer.resume_mode, RESUME_MODES)
+    if trainer.launcher != AUTO:
+        registered("trainer.launcher", LAUNCHERS, trainer.launcher)
     for name in trainer.logger:
-        _check_choice("trainer.logger", name, LOGGERS)
-    _check_registered("agent.reward_name", "agentfly_envs.rewards", "REWARDS", [agent.reward_name])
-    _check_registered("agent.tools", "agentfly_envs.tools", "TOOLS", agent.tools or [])
+        check_choice("trainer.logger", name, LOGGERS)
+    if agent.reward_name is not None:
+        registered("agent.reward_name", REWARDS, agent.reward_name)
+        if config.custom_reward_function.path is not None:
+            raise ConfigError(
+                "agent.reward_name and custom_reward_function.path both replace the env's scoring: set one of them"
+            )
+    for tool in agent.tools or ():
+        registered("agent.tools", TOOLS, tool)
     unused = sorted(set(agent.tool_options) - set(agent.tools or ()))
     if agent.tools is not None and unused:
         raise ConfigError(f"agent.tool_options has options for {unused}, which agent.tools={agent.tools} does not use")
@@ -807,9 +894,9 @@ def validate(config: TrainConfig) -> None:
         ("trainer.nnodes", trainer.nnodes),
         ("trainer.cpus_per_worker", trainer.cpus_per_worker),
     ):
-        _check_positive(key, value)
-    _check_positive("trainer.total_training_steps", trainer.total_training_steps, allow_none=True)
-    _check_positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, allow_none=True)
+        check_positive(key, value)
+    check_positive("trainer.total_training_steps", trainer.total_training_steps, allow_none=True)
+    check_positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, allow_none=True)
     if trainer.n_gpus_per_node < 0:
         raise ConfigError(f"trainer.n_gpus_per_node must be >= 0 (0: a CPU run), got {trainer.n_gpus_per_node}")
     if trainer.max_ckpt_to_keep is not None and trainer.max_ckpt_to_keep < 1:
@@ -818,7 +905,7 @@ def validate(config: TrainConfig) -> None:
         )
     if trainer.log_train_generations < 0:
         raise ConfigError(f"trainer.log_train_generations must be >= 0, got {trainer.log_train_generations}")
-    _check_choice("sft.lr_scheduler_type", config.sft.lr_scheduler_type, SFT_SCHEDULES)
+    check_choice("sft.lr_scheduler_type", config.sft.lr_scheduler_type, SFT_SCHEDULES)
     if not 0.0 <= config.sft.warmup_ratio < 1.0:
         raise ConfigError(f"sft.warmup_ratio must be in [0, 1), got {config.sft.warmup_ratio}")
     for key in ("guess_fraction", "golden_fraction"):
@@ -834,8 +921,7 @@ def validate(config: TrainConfig) -> None:
         )
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
-    if config.backend == "vllm":
-        _validate_vllm(config)
+    backend.check(config)
     _validate_env_runtime(rollout)
     _validate_algorithm(config)
 
@@ -844,32 +930,15 @@ def _validate_env_runtime(rollout: RolloutConfig) -> None:
     """``actor_rollout_ref.rollout.env_*``: where the envs run."""
     from agentfly_envs.runtime import INSTALL_HINT, ray_available
 
-    _check_choice("actor_rollout_ref.rollout.env_runtime", rollout.env_runtime, ENV_RUNTIMES)
-    _check_positive("actor_rollout_ref.rollout.env_workers", rollout.env_workers)
-    _check_positive("actor_rollout_ref.rollout.env_step_timeout", rollout.env_step_timeout)
+    check_choice("actor_rollout_ref.rollout.env_runtime", rollout.env_runtime, ENV_RUNTIMES)
+    check_positive("actor_rollout_ref.rollout.env_workers", rollout.env_workers)
+    check_positive("actor_rollout_ref.rollout.env_step_timeout", rollout.env_step_timeout)
     resources = {f"env_worker_resources.{name}": amount for name, amount in rollout.env_worker_resources.items()}
     for key, value in {"env_worker_cpus": rollout.env_worker_cpus, **resources}.items():
         if value < 0:
             raise ConfigError(f"actor_rollout_ref.rollout.{key} must be >= 0, got {value}")
     if rollout.env_runtime == "ray" and not ray_available():
         raise ConfigError(f"actor_rollout_ref.rollout.env_runtime=ray {INSTALL_HINT}")
-
-
-def _validate_vllm(config: TrainConfig) -> None:
-    """``actor_rollout_ref.rollout.*`` of the vLLM backend."""
-    from agentfly_train.generation.vllm import INSTALL_HINT, vllm_available
-
-    rollout = config.actor_rollout_ref.rollout
-    _check_choice("actor_rollout_ref.rollout.mode", rollout.mode, ["colocate", "server"])
-    _check_choice("actor_rollout_ref.rollout.dtype", rollout.dtype, DTYPES)
-    _check_positive("actor_rollout_ref.rollout.server_timeout", rollout.server_timeout)
-    if not 0 < rollout.gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"actor_rollout_ref.rollout.gpu_memory_utilization must be in (0, 1], got {rollout.gpu_memory_utilization}"
-        )
-    _check_positive("actor_rollout_ref.rollout.kv_cache_memory_bytes", rollout.kv_cache_memory_bytes, allow_none=True)
-    if not vllm_available():
-        raise ConfigError(f"actor_rollout_ref.rollout.name=vllm: {INSTALL_HINT}")
 
 
 def _file_list(key: str, value: Any) -> list[str] | None:
@@ -929,10 +998,10 @@ def _validate_algorithm(config: TrainConfig) -> None:
     from agentfly_train.algorithms import ADVANTAGE_ESTIMATORS, LOSS_AGG_MODES, ROLLOUT_IS_LEVELS, parse_is_threshold
 
     algorithm, actor, critic = config.algorithm, config.actor_rollout_ref.actor, config.critic
-    _check_choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, list(LOSS_AGG_MODES))
+    registered("actor_rollout_ref.actor.loss_agg_mode", LOSS_AGG_MODES, actor.loss_agg_mode)
     correction = algorithm.rollout_correction
     if correction.rollout_is is not None:
-        _check_choice("algorithm.rollout_correction.rollout_is", correction.rollout_is, list(ROLLOUT_IS_LEVELS))
+        check_choice("algorithm.rollout_correction.rollout_is", correction.rollout_is, list(ROLLOUT_IS_LEVELS))
     try:
         parse_is_threshold(correction.rollout_is_threshold)
     except ValueError as error:
@@ -943,16 +1012,16 @@ def _validate_algorithm(config: TrainConfig) -> None:
     if actor.clip_ratio_c <= 1:
         raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c (dual clip) must be > 1, got {actor.clip_ratio_c}")
     if algorithm.use_kl_in_reward:
-        _check_positive("algorithm.kl_ctrl.kl_coef", algorithm.kl_ctrl.kl_coef)
+        check_positive("algorithm.kl_ctrl.kl_coef", algorithm.kl_ctrl.kl_coef)
         if algorithm.kl_ctrl.type == "adaptive":
-            _check_positive("algorithm.kl_ctrl.target_kl", algorithm.kl_ctrl.target_kl)
-            _check_positive("algorithm.kl_ctrl.horizon", algorithm.kl_ctrl.horizon)
+            check_positive("algorithm.kl_ctrl.target_kl", algorithm.kl_ctrl.target_kl)
+            check_positive("algorithm.kl_ctrl.horizon", algorithm.kl_ctrl.horizon)
     if actor.use_kl_loss and actor.kl_loss_coef <= 0:
         raise ConfigError(
             f"actor_rollout_ref.actor.kl_loss_coef={actor.kl_loss_coef} with use_kl_loss=true; "
             "set use_kl_loss=false to train without the KL loss"
         )
-    estimator = ADVANTAGE_ESTIMATORS[algorithm.adv_estimator]
+    estimator = ADVANTAGE_ESTIMATORS.get(algorithm.adv_estimator)
     if estimator.compares_responses and config.agent.num_chains < 2:
         alone = ", ".join(name for name, other in ADVANTAGE_ESTIMATORS.items() if not other.compares_responses)
         raise ConfigError(
@@ -973,8 +1042,8 @@ def _validate_algorithm(config: TrainConfig) -> None:
         ("critic.ppo_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu),
         ("critic.cliprange_value", critic.cliprange_value),
     ):
-        _check_positive(key, value)
-    _check_positive("critic.ppo_mini_batch_size", critic.ppo_mini_batch_size, allow_none=True)
+        check_positive(key, value)
+    check_positive("critic.ppo_mini_batch_size", critic.ppo_mini_batch_size, allow_none=True)
     if config.data.train_batch_size % (critic.ppo_mini_batch_size or config.data.train_batch_size):
         raise ConfigError(
             f"data.train_batch_size={config.data.train_batch_size} must be a multiple of "

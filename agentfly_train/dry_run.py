@@ -32,7 +32,8 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def describe(config: TrainConfig, world_size: int = 1) -> str:
     """The dry run's report: changed keys, the env, the batch layout, token budgets and the run's length.
 
-    Builds the envs, reads the data and loads the tokenizer (not the model).
+    Builds the envs, reads the data, loads the tokenizer (not the model) and runs the generation backend's
+    preflight (a vLLM server must answer).
 
     Args:
         config: A validated configuration.
@@ -41,16 +42,15 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     Raises:
         ConfigError: as a real run would, before its model is loaded (bad data, bad sizes).
     """
+    from agentfly_train.build import run_data
+    from agentfly_train.generation import GENERATION_BACKENDS
     from agentfly_train.models import policy_tokenizer
-    from agentfly_train.train import check_search_backend, has_validation, make_env, train_rows, val_rows
     from agentfly_train.trl_args import batch_layout
 
     layout = batch_layout(config, world_size)
-    env = make_env(config)
-    rows = train_rows(config, env)
-    check_search_backend(config, rows)
-    val_env = make_env(config, validation=True) if has_validation(config) else None
-    val = val_rows(config, val_env)
+    data = run_data(config)
+    env, rows, val = data.env, data.train, data.val
+    GENERATION_BACKENDS.get(config.backend).preflight(config)
     tokenizer = policy_tokenizer(config)
     _, info = env.reset(options={"task": rows[0]})
     tools = info["tools"] if config.agent.agent_type == "hf" and info["tools"] else None
@@ -58,8 +58,6 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     unwrapped = env.unwrapped
     env.close()
-    if val_env is not None:
-        val_env.close()
 
     agent, data, trainer = config.agent, config.data, config.trainer
     rollout = config.actor_rollout_ref.rollout

@@ -14,6 +14,7 @@ RUN_MODEL_DIR = re.compile(r"final|checkpoint-\d+")
 """Names of the model directories a run writes into its run directory."""
 RUN_SETTINGS = (
     "agent",
+    "custom_reward_function",
     "data",
     "actor_rollout_ref.rollout.response_length",
     "actor_rollout_ref.rollout.val_temperature",
@@ -24,8 +25,8 @@ RUN_SETTINGS = (
 """The keys of a run's saved configuration that an eval of one of its models starts from: what the run's validation
 episodes were (env and its kwargs, tools, reward, format, chat template, data, turn and token budgets, sampling)."""
 NOT_FROM_RUN = ("model_name_or_path", "backend")
-"""Keys of ``agent`` left at their defaults: the model is the one named on the command line, and eval samples
-with ``generate``."""
+"""Keys of ``agent`` left at their defaults: the model is the one named on the command line, and the generation
+backend is ``actor_rollout_ref.rollout.name`` as eval is configured (``hf`` unless set)."""
 
 
 def run_settings(model_path: str) -> tuple[str, dict[str, Any]] | None:
@@ -96,31 +97,38 @@ def eval_config(overrides: Sequence[str], config_files: Sequence[str | Path]) ->
 
 def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]], Path]:
     """Runs the validation rows (``data.val_files`` or the env's task source with ``data.val_env_kwargs``)
-    through the env with the configured model, sampling at ``actor_rollout_ref.rollout.val_temperature``.
+    through the env with the configured model, sampling at ``actor_rollout_ref.rollout.val_temperature`` on the
+    generation backend of ``actor_rollout_ref.rollout.name`` (given the model's weights if it keeps its own).
 
     Returns:
         ``(statistics, trajectory records, path of eval.jsonl)``; statistics as in
         :func:`~agentfly_train.rollout.summarize` (``accuracy``, ``reward/mean``, ...).
     """
+    from agentfly_train.build import agent_rollout, env_kwargs, has_validation, make_codec, make_env, val_rows
+    from agentfly_train.generation import GENERATION_BACKENDS, Policy, build_backend
     from agentfly_train.models import load_policy, training_device
-    from agentfly_train.train import agent_rollout, env_kwargs, has_validation, make_codec, make_env, val_rows
-    from agentfly_train.trainer import generation_backend_for, trajectory_record
+    from agentfly_train.rollout import trajectory_record
+    from agentfly_train.sharding import engine_weights
 
     if not has_validation(config):
         raise ConfigError("nothing to evaluate: set data.val_files (or agent.env to an env with its own tasks)")
     kwargs = env_kwargs(config, validation=True)
     env = make_env(config, validation=True)
     rows = val_rows(config, env)
+    GENERATION_BACKENDS.get(config.backend).preflight(config)
     model, tokenizer = load_policy(config)
     model.to(training_device(config))
     codec = make_codec(config, tokenizer, env, rows[0])
     env.close()
+    backend = build_backend(config, Policy.plain(model, tokenizer))
+    if backend.has_own_weights:
+        backend.load_weights(engine_weights(model))
     agent = agent_rollout(config, codec, kwargs)
     try:
-        stats, trajectories = agent.evaluate(generation_backend_for(model, tokenizer), rows, config.data.val_batch_size)
+        stats, trajectories = agent.evaluate(backend, rows, config.data.val_batch_size)
     finally:
-        agent.executor.shutdown()
-        agent.pool.close()
+        agent.close()
+        backend.close()
     records = [trajectory_record(t) for t in trajectories]
     path = Path(config.trainer.default_local_dir) / "eval.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

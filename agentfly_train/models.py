@@ -39,15 +39,23 @@ def resolve_chat_template(template: str | None) -> str | None:
     name = template.replace(".", "_").replace("-", "_")
     if name in shipped_templates():
         return chat_template(name)
-    trl_templates = Path(trl.__file__).parent / "chat_templates"
-    candidate = trl_templates / f"{name}.jinja"
+    candidate = Path(trl.__file__).parent / "chat_templates" / f"{name}.jinja"
     if not candidate.is_file():
-        known = sorted(p.stem for p in trl_templates.glob("*.jinja") if not p.stem.endswith("_training"))
         raise ConfigError(
-            f"agent.template={template!r} is not a shipped template name or .jinja file; "
-            f"known: {shipped_templates() + known}"
+            f"agent.template={template!r} is not a shipped template name or .jinja file; known: {known_templates()}"
         )
     return candidate.read_text()
+
+
+def known_templates() -> list[str]:
+    """The template names ``agent.template`` accepts: ours (:mod:`agentfly_train.chat_templates`), then TRL's."""
+    import trl
+
+    from agentfly_train.chat_templates import shipped_templates
+
+    trl_templates = Path(trl.__file__).parent / "chat_templates"
+    theirs = sorted(p.stem for p in trl_templates.glob("*.jinja") if not p.stem.endswith("_training"))
+    return shipped_templates() + theirs
 
 
 def policy_dtype(name: str, device: str) -> torch.dtype:

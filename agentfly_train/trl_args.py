@@ -1,5 +1,5 @@
 """Our configuration as the trainer's arguments: TRL's ``GRPOConfig`` (the README's table mirrors it), and the
-:class:`~agentfly_train.trainer.RLSettings` and :class:`~agentfly_train.critic.CriticSettings` our objective reads.
+:class:`RLSettings` and :class:`~agentfly_train.critic.CriticSettings` our objective reads.
 
 The objective is not TRL's (``AgentGRPOTrainer`` replaces TRL's advantages and loss), so ``GRPOConfig`` keeps
 TRL's defaults for its loss fields (``loss_type``, ``epsilon``, ``scale_rewards``, ``entropy_coef``, ...). Its
@@ -16,12 +16,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentfly_train.config import ConfigError, TrainConfig
+from agentfly_train.config import ActorConfig, AlgorithmConfig, ConfigError, TrainConfig
 from agentfly_train.models import policy_dtype
 
 if TYPE_CHECKING:
+    from agentfly_train.algorithms import AdvantageEstimator, KLController
     from agentfly_train.critic import CriticSettings
-    from agentfly_train.trainer import RLSettings
+
+
+@dataclass(frozen=True)
+class RLSettings:
+    """The algorithm the trainer's objective reads: the configuration's own sections, not a copy of their fields.
+
+    Attributes:
+        algorithm: ``algorithm.*``: the advantage estimator, discounting, the KL in the reward, rollout correction.
+        actor: ``actor_rollout_ref.actor.*``: the policy loss (clip ratios, dual clip, aggregation), the KL loss
+            and the entropy bonus.
+        critic_warmup: ``trainer.critic_warmup``: rollout steps that train only the critic.
+    """
+
+    algorithm: AlgorithmConfig
+    actor: ActorConfig
+    critic_warmup: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,30 +110,8 @@ def batch_layout(config: TrainConfig, world_size: int) -> BatchLayout:
 
 
 def rl_settings(config: TrainConfig) -> RLSettings:
-    """The trainer's :class:`~agentfly_train.trainer.RLSettings`: ``algorithm.*``, the actor's loss settings,
-    and ``trainer.critic_warmup``; ``clip_ratio`` fills whichever of ``clip_ratio_low/high`` is unset."""
-    from agentfly_train.trainer import RLSettings
-
-    algorithm, actor = config.algorithm, config.actor_rollout_ref.actor
-    return RLSettings(
-        adv_estimator=algorithm.adv_estimator,
-        gamma=algorithm.gamma,
-        lam=algorithm.lam,
-        norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
-        use_kl_in_reward=algorithm.use_kl_in_reward,
-        kl_penalty=algorithm.kl_penalty,
-        use_kl_loss=actor.use_kl_loss,
-        kl_loss_coef=actor.kl_loss_coef,
-        kl_loss_type=actor.kl_loss_type,
-        entropy_coeff=actor.entropy_coeff,
-        clip_ratio_low=actor.clip_ratio if actor.clip_ratio_low is None else actor.clip_ratio_low,
-        clip_ratio_high=actor.clip_ratio if actor.clip_ratio_high is None else actor.clip_ratio_high,
-        clip_ratio_c=actor.clip_ratio_c,
-        loss_agg_mode=actor.loss_agg_mode,
-        critic_warmup=config.trainer.critic_warmup,
-        rollout_is=algorithm.rollout_correction.rollout_is,
-        rollout_is_threshold=algorithm.rollout_correction.rollout_is_threshold,
-    )
+    """The trainer's :class:`RLSettings` of ``config``."""
+    return RLSettings(config.algorithm, config.actor_rollout_ref.actor, config.trainer.critic_warmup)
 
 
 def critic_settings(config: TrainConfig, world_size: int) -> CriticSettings:
@@ -265,3 +259,41 @@ def _checked_group_size(config: TrainConfig, generation_batch: int) -> int:
 def _ref_offload(config: TrainConfig) -> bool:
     ref = config.actor_rollout_ref.ref.fsdp_config
     return ref.param_offload or ref.optimizer_offload
+
+
+UNSUPPORTED_TRL_OPTIONS = {
+    "use_vllm": False,
+    "top_entropy_quantile": 1.0,
+    "off_policy_mask_threshold": None,
+    "delta": None,
+    "importance_sampling_level": "token",
+    "use_adaptive_entropy": False,
+}
+"""``GRPOConfig`` fields whose effect lives in TRL's loss, which ours replaces, with the only value we accept."""
+
+
+def check_trainer_setup(
+    rl: RLSettings,
+    estimator: AdvantageEstimator,
+    args: Any,
+    kl_ctrl: KLController | None,
+    critic_model: Any,
+    critic_settings: CriticSettings | None,
+) -> None:
+    """Raises ``ValueError`` when the trainer's arguments cannot run ``rl`` (whose estimator is ``estimator``)."""
+    if estimator.trains_critic and (critic_model is None or critic_settings is None):
+        raise ValueError(
+            f"adv_estimator={rl.algorithm.adv_estimator!r} trains a critic: pass critic_model and critic_settings"
+        )
+    if rl.algorithm.use_kl_in_reward and kl_ctrl is None:
+        raise ValueError("use_kl_in_reward needs kl_ctrl (algorithms.make_kl_controller)")
+    if args is None:
+        return
+    if (rl.algorithm.use_kl_in_reward or rl.actor.use_kl_loss) and args.beta == 0.0:
+        raise ValueError("a KL term needs the reference model, which TRL loads only when GRPOConfig.beta != 0")
+    for name, accepted in UNSUPPORTED_TRL_OPTIONS.items():
+        if getattr(args, name) != accepted:
+            raise ValueError(
+                f"GRPOConfig.{name}={getattr(args, name)!r} acts in TRL's loss, which AgentGRPOTrainer replaces; "
+                f"leave it at {accepted!r}"
+            )

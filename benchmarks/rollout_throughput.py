@@ -53,14 +53,15 @@ def main() -> None:
     import agentfly_envs  # noqa: F401
     from agentfly_envs.adapters.trl import make_trl_environment, trl_dataset_rows
     from agentfly_envs.runtime import LocalEnvPool
+    from agentfly_train.build import make_codec
     from agentfly_train.config import QUICKSTART, load_config
     from agentfly_train.data import trl_dataset
     from agentfly_train.generation import SamplingParams
-    from agentfly_train.rollout import RolloutBudgets
+    from agentfly_train.rollout import AgentRollout, RolloutBudgets
     from agentfly_train.sft import golden_token_rows, warm_start
     from agentfly_train.tiny_model import build_model, build_tokenizer
-    from agentfly_train.train import make_codec
-    from agentfly_train.trainer import AgentGRPOTrainer, AgentRollout
+    from agentfly_train.trainer import AgentGRPOTrainer
+    from agentfly_train.trl_args import rl_settings
 
     torch.manual_seed(0)
     env_kwargs = {"level": "easy", "max_turns": args.max_turns, "tools": ("calculator", "answer")}
@@ -74,7 +75,8 @@ def main() -> None:
     model = build_model(tokenizer, hidden_size=128)
     env = gym.make("agentfly/Arith-Calc", **env_kwargs)
     tasks = [env.unwrapped.tasks.row(i) for i in range(args.episodes // args.chains)]
-    codec = make_codec(load_config(config_files=[QUICKSTART]), tokenizer, env, tasks[0])
+    config = load_config(config_files=[QUICKSTART])  # GRPO
+    codec = make_codec(config, tokenizer, env, tasks[0])
     with tempfile.TemporaryDirectory() as scratch:
         warm_start(
             model, tokenizer, golden_token_rows(env, codec, [env.unwrapped.tasks.row(i) for i in range(256)]),
@@ -103,7 +105,8 @@ def main() -> None:
                     train_params=SamplingParams(0.0 if args.greedy else 1.0), val_params=SamplingParams(0.0),
                     executor=ThreadPoolExecutor(args.episodes), async_episodes=async_episodes,
                 ),
-                model=model, args=grpo_args(name), train_dataset=trl_dataset(tasks, render_opening),
+                rl=rl_settings(config), model=model, args=grpo_args(name),
+                train_dataset=trl_dataset(tasks, render_opening),
                 processing_class=tokenizer, backend=backend,
             )  # fmt: skip
 

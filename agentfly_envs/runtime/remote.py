@@ -26,6 +26,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from agentfly_envs.runtime.failures import FailureCounts, WorkerLost, lost_episode
+from agentfly_envs.user_code import UserCode
 
 INSTALL_HINT = 'needs Ray (the "ray" extra): pip install "agentfly-rl[ray]", or pip install "ray>=2.40"'
 MAX_CONCURRENT_STEPS = 64
@@ -52,9 +53,10 @@ class RemoteEnvError(RuntimeError):
 class _EnvHost:
     """The body of an env actor: envs of one id, by slot number."""
 
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], user_code: UserCode) -> None:
         import agentfly_envs  # noqa: F401  (registers the ids in this process)
 
+        user_code.load()  # the user's tools, rewards and envs, registered in this process too
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs)
         self.envs: dict[int, gym.Env] = {}
@@ -201,6 +203,8 @@ class RayEnvPool:
         step_timeout: Seconds a reset or step may take before its actor is replaced (kept as an attribute, read at
             each call; building an env, actor start included, may take :data:`START_TIMEOUT_S`).
         address: Ray cluster to connect to when Ray is not initialised yet.
+        user_code: The user's modules and reward file, loaded on each actor before it builds envs (paths as
+            ``env_kwargs``'s).
 
     Raises:
         ImportError: Ray is not installed (with the install command).
@@ -217,6 +221,7 @@ class RayEnvPool:
         worker_resources: Mapping[str, float] | None = None,
         step_timeout: float = 300.0,
         address: str | None = None,
+        user_code: UserCode | None = None,
     ) -> None:
         if not ray_available():
             raise ImportError(f"RayEnvPool {INSTALL_HINT}")
@@ -229,6 +234,7 @@ class RayEnvPool:
             )
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs)
+        self.user_code = user_code or UserCode()
         self.step_timeout = float(step_timeout)
         self._started_ray = not ray.is_initialized()
         if self._started_ray:
@@ -322,7 +328,7 @@ class RayEnvPool:
         raise RemoteEnvError(f"the {count} env actors of {self.env_id} {problem}")
 
     def _spawn(self) -> Any:
-        return self._host.remote(self.env_id, self.env_kwargs)
+        return self._host.remote(self.env_id, self.env_kwargs, self.user_code)
 
     def _current(self, worker: int) -> Any:
         with self._lock:

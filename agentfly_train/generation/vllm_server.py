@@ -18,9 +18,19 @@ import shutil
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentfly_train.generation.base import Generation, SamplingParams
+from agentfly_train.generation.base import (
+    GENERATION_BACKENDS,
+    BackendError,
+    Generation,
+    GenerationBackend,
+    Policy,
+    SamplingParams,
+)
+
+if TYPE_CHECKING:
+    from agentfly_train.config import TrainConfig
 
 START_HINT = (
     "start one with: VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model MODEL_DIR "
@@ -28,12 +38,13 @@ START_HINT = (
 )
 
 
-class RolloutServerError(RuntimeError):
+class RolloutServerError(BackendError):
     """The vLLM server did not answer, or answered with an error (the message names it and says what to do)."""
 
 
-class VLLMServerBackend:
-    """Sampling on a vLLM server over HTTP.
+@GENERATION_BACKENDS.register("vllm_server")
+class VLLMServerBackend(GenerationBackend):
+    """Sampling on a vLLM server over HTTP (``rollout.name=vllm``, ``mode=server``).
 
     Args:
         base_url: ``http://host:port``.
@@ -44,8 +55,45 @@ class VLLMServerBackend:
         max_concurrency: Requests in flight at once.
     """
 
+    streams = True
+    has_own_weights = True
     shared_by_processes = True
-    """One server serves every training process: only the main process hands it new weights."""
+
+    @classmethod
+    def check(cls, config: TrainConfig) -> None:
+        """``actor_rollout_ref.rollout.server_timeout``."""
+        from agentfly_train.config import check_positive
+
+        check_positive("actor_rollout_ref.rollout.server_timeout", config.actor_rollout_ref.rollout.server_timeout)
+
+    @classmethod
+    def preflight(cls, config: TrainConfig) -> None:
+        """That the server answers at ``rollout.server_host:server_port`` with its development endpoints."""
+        from agentfly_train.config import ConfigError
+
+        rollout = config.actor_rollout_ref.rollout
+        try:
+            cls.connect(rollout.server_host, rollout.server_port, [], ".", timeout=10).close()
+        except RolloutServerError as error:
+            raise ConfigError(f"actor_rollout_ref.rollout.mode=server: {error}") from None
+
+    @classmethod
+    def build(cls, config: TrainConfig, policy: Policy) -> VLLMServerBackend:
+        """The server at ``rollout.server_host:server_port``, loading weights from ``<run dir>/server_weights``.
+
+        Raises:
+            ConfigError: no usable server answers.
+        """
+        from agentfly_train.config import ConfigError
+
+        rollout = config.actor_rollout_ref.rollout
+        weights = Path(config.trainer.default_local_dir) / "server_weights"
+        try:
+            return cls.connect(
+                rollout.server_host, rollout.server_port, policy.eos_token_ids, weights, rollout.server_timeout
+            )
+        except RolloutServerError as error:
+            raise ConfigError(f"actor_rollout_ref.rollout.mode=server: {error}") from None
 
     def __init__(
         self,
@@ -100,8 +148,7 @@ class VLLMServerBackend:
         return [future.result() for future in futures]
 
     def submit(self, request_id: str, prompt_ids: Sequence[int], max_new_tokens: int, params: SamplingParams) -> None:
-        """Sends one request (:class:`~agentfly_train.rollout.StreamingEngine`); the server batches it with every
-        other request in flight."""
+        """Sends one request; the server batches it with every other request in flight."""
         self.pending[self.pool.submit(self._complete, prompt_ids, max_new_tokens, params)] = request_id
 
     def step(self) -> list[tuple[str, Generation]]:

@@ -1,11 +1,13 @@
 """Multi-turn, token-in/token-out rollouts of a policy over agentfly environments.
 
-Two loops over the same per-episode logic (:mod:`~agentfly_train.rollout.episode`): the turn-synchronous
-:func:`run_rollouts` (one batched generation call per turn, any backend) and :func:`run_rollouts_async` (each
-episode at its own pace over a streaming engine: vLLM).
+:class:`AgentRollout` drives a run's episodes with two loops over the same per-episode logic
+(:mod:`~agentfly_train.rollout.episode`): the turn-synchronous :func:`run_rollouts` (one batched generation call
+per turn, any backend) and :func:`run_rollouts_async` (each episode at its own pace over a backend that streams
+requests: vLLM).
 """
 
-from agentfly_train.rollout.asynchronous import StreamingEngine, run_rollouts_async
+from agentfly_train.rollout.agent import AgentRollout, trajectory_record
+from agentfly_train.rollout.asynchronous import run_rollouts_async
 from agentfly_train.rollout.codec import ChatCodec, TemplateError
 from agentfly_train.rollout.episode import (
     FINISH_REASONS,
@@ -19,14 +21,15 @@ from agentfly_train.rollout.sync import run_rollouts
 
 __all__ = [
     "FINISH_REASONS",
+    "AgentRollout",
     "ChatCodec",
     "EngineTime",
     "RolloutBudgets",
-    "StreamingEngine",
     "TemplateError",
     "Trajectory",
     "reward_error_notes",
     "run_rollouts",
     "run_rollouts_async",
     "summarize",
+    "trajectory_record",
 ]

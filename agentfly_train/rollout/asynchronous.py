@@ -12,11 +12,11 @@ import itertools
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 
-from agentfly_train.generation import Generation, SamplingParams
+from agentfly_train.generation.base import Generation, GenerationBackend, SamplingParams
 from agentfly_train.rollout.codec import ChatCodec
 from agentfly_train.rollout.episode import (
     EngineTime,
@@ -35,24 +35,10 @@ from agentfly_train.rollout.episode import (
 _REQUEST_IDS = itertools.count()
 
 
-class StreamingEngine(Protocol):
-    """A generation engine that takes requests one at a time and returns them as they finish (vLLM's
-    ``LLMEngine``; see :class:`~agentfly_train.generation.vllm.VLLMGenerationBackend`)."""
-
-    def submit(self, request_id: str, prompt_ids: Sequence[int], max_new_tokens: int, params: SamplingParams) -> None:
-        """Queues one generation request."""
-
-    def step(self) -> list[tuple[str, Generation]]:
-        """Runs one engine step over the pending requests; returns those that finished."""
-
-    def has_unfinished(self) -> bool:
-        """Whether any submitted request has not finished."""
-
-
 def run_rollouts_async(
     envs: Sequence[gym.Env],
     tasks: Sequence[Mapping[str, Any]],
-    engine: StreamingEngine,
+    engine: GenerationBackend,
     codec: ChatCodec,
     budgets: RolloutBudgets,
     params: SamplingParams,
@@ -64,7 +50,7 @@ def run_rollouts_async(
     Args:
         envs: Environments, one per episode (reset here with ``options={"task": task}``).
         tasks: Dataset rows, one per episode.
-        engine: The generator.
+        engine: A backend that streams requests (:attr:`~agentfly_train.generation.GenerationBackend.streams`).
         codec: Chat-template token ids.
         budgets: Turn and token limits.
         params: Sampling parameters.

@@ -51,7 +51,11 @@ def bad_inputs(tmp):
         ),
         ("unknown tool", ["agent.tools=[calculater]"], "did you mean 'calculator'"),
         ("unknown reward", ["agent.reward_name=f1"], "agent.reward_name"),
-        ("unknown estimator", ["algorithm.adv_estimator=ppo"], "algorithm.adv_estimator='ppo' is not one of"),
+        (
+            "unknown estimator",
+            ["algorithm.adv_estimator=ppo"],
+            "algorithm.adv_estimator: advantage estimator 'ppo' is not registered",
+        ),
         ("missing model", ["actor_rollout_ref.model.path=./models/none"], "no such directory"),
         ("zero size", ["data.train_batch_size=0"], "data.train_batch_size must be > 0"),
         ("negative size", ["agent.num_chains=-1"], "agent.num_chains must be > 0"),

@@ -77,9 +77,9 @@ def free_port() -> int:
 def _warm_start(steps: int, num_tasks: int, guess_fraction: float, directory: Path) -> Path:
     import gymnasium as gym
 
+    from agentfly_train.build import env_kwargs, make_codec, train_rows
     from agentfly_train.models import load_policy
     from agentfly_train.sft import golden_token_rows, warm_start
-    from agentfly_train.train import env_kwargs, make_codec, train_rows
 
     config = quickstart_config([*learning_tasks(num_tasks), f"sft.steps={steps}", "sft.lr=3e-3"])
     env = gym.make(config.agent.env, **env_kwargs(config))

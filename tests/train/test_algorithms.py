@@ -11,6 +11,8 @@ import statistics
 
 import pytest
 
+from agentfly_envs.errors import UnknownNameError
+
 torch = pytest.importorskip("torch")
 
 from agentfly_train import algorithms as alg  # noqa: E402
@@ -59,13 +61,13 @@ def test_registries_hold_the_issue_names():
 
 def test_unknown_names_suggest_the_closest():
     rewards, mask = outcome_batch([1.0], [2])
-    with pytest.raises(ValueError, match="did you mean 'grpo'"):
+    with pytest.raises(UnknownNameError, match="did you mean 'grpo'"):
         alg.compute_advantage("grp", rewards, mask, index=[0])
-    with pytest.raises(ValueError, match="did you mean 'low_var_kl'"):
+    with pytest.raises(UnknownNameError, match="did you mean 'low_var_kl'"):
         alg.kl_penalty(rewards, rewards, "low_var_k")
-    with pytest.raises(ValueError, match="did you mean 'token-mean'"):
+    with pytest.raises(UnknownNameError, match="did you mean 'token-mean'"):
         alg.agg_loss(rewards, mask, "token_mean")
-    with pytest.raises(ValueError, match="did you mean 'adaptive'"):
+    with pytest.raises(UnknownNameError, match="did you mean 'adaptive'"):
         alg.make_kl_controller("adaptiv", 0.1)
 
 

@@ -98,7 +98,7 @@ def test_a_killed_env_actor_mid_rollout_truncates_its_episodes_and_the_next_roll
 
 
 def test_env_runtime_keys_are_checked_in_one_line(ray_cluster):
-    from agentfly_train.train import env_pool
+    from agentfly_train.build import env_pool
 
     with pytest.raises(ConfigError, match=r"rollout.env_runtime='remote' is not one of \['local', 'ray'\]"):
         quickstart_config(["actor_rollout_ref.rollout.env_runtime=remote"])

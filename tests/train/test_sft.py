@@ -5,10 +5,10 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
+from agentfly_train.build import env_kwargs, make_codec, train_rows
 from agentfly_train.config import ConfigError
 from agentfly_train.models import load_policy
 from agentfly_train.sft import golden_token_rows
-from agentfly_train.train import env_kwargs, make_codec, train_rows
 from tests.train.conftest import quickstart_config
 
 

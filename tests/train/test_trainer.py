@@ -14,8 +14,8 @@ from transformers import set_seed
 from trl import GRPOTrainer
 
 from agentfly_train.batch import loss_mask, sequences
+from agentfly_train.build import env_kwargs, make_codec, make_trainer, train_rows
 from agentfly_train.models import load_policy
-from agentfly_train.train import env_kwargs, make_codec, make_trainer, train_rows
 from agentfly_train.trl_args import grpo_config
 from tests.train.conftest import LEARNING_TASKS, quickstart_config
 
@@ -58,8 +58,7 @@ def _rollout_batch(trainer) -> dict:
 
 
 def _shut_down(trainer) -> None:
-    trainer.agent.executor.shutdown()
-    trainer.agent.pool.close()
+    trainer.close()
 
 
 def test_grpo_advantages_are_trls_on_sampled_tokens_and_zero_on_tool_tokens(warm_policy, tmp_path):

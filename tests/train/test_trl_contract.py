@@ -20,7 +20,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from agentfly_train.tiny_model import build_tiny_checkpoint
-from agentfly_train.trainer import UNSUPPORTED_TRL_OPTIONS, AgentGRPOTrainer
+from agentfly_train.trainer import AgentGRPOTrainer
+from agentfly_train.trl_args import UNSUPPORTED_TRL_OPTIONS
 
 COMPLETIONS = ([11, 12, 13], [14, 15], [16, 17, 18, 19], [20])
 """The scripted completion of sample i is ``COMPLETIONS[i % 4]`` (token ids)."""
@@ -99,6 +100,17 @@ def test_the_methods_we_override_keep_their_signatures():
     for name, parameters in expected.items():
         assert list(inspect.signature(getattr(GRPOTrainer, name)).parameters) == parameters, name
         assert getattr(AgentGRPOTrainer, name) is not getattr(GRPOTrainer, name), name
+
+
+def test_our_eos_ids_are_the_ones_trl_stops_completions_at(tiny_dir, tmp_path):
+    # TRL cuts completions at its eos_token_ids; our backends stop turns at eos_token_ids(model, tokenizer)
+    from agentfly_train.generation import eos_token_ids
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    model.generation_config.eos_token_id = [model.generation_config.eos_token_id, 5]  # as Qwen/Llama list several
+    trainer = make_trainer(tiny_dir, tmp_path, model=model)
+    ours = eos_token_ids(trainer.model, trainer.processing_class)
+    assert sorted(trainer.eos_token_ids) == ours and 5 in ours and len(ours) == 2
 
 
 def test_the_batch_dict_carries_the_keys_we_read_and_replace(tiny_dir, tmp_path):

@@ -120,8 +120,8 @@ def episodes(tiny):
     """(envs factory, the 8 task rows, codec, budgets) of the warm policy's task set."""
     import gymnasium as gym
 
+    from agentfly_train.build import env_kwargs, make_codec, train_rows
     from agentfly_train.rollout import RolloutBudgets
-    from agentfly_train.train import env_kwargs, make_codec, train_rows
     from tests.train.conftest import learning_tasks, quickstart_config
 
     config = quickstart_config(learning_tasks(TASKS))

@@ -93,8 +93,8 @@ def policy(policy_dir):
     import gymnasium as gym
     from transformers import AutoModelForCausalLM
 
+    from agentfly_train.build import env_kwargs, make_codec, train_rows
     from agentfly_train.models import load_tokenizer
-    from agentfly_train.train import env_kwargs, make_codec, train_rows
 
     tokenizer = load_tokenizer(str(policy_dir))
     model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()

@@ -1,6 +1,6 @@
 """Training on a Ray cluster: ``trainer.nnodes x trainer.n_gpus_per_node`` workers started by Ray Train.
 
-The driver (``python -m agentfly_train ... trainer.launcher=ray``, or any run with ``RAY_ADDRESS`` set) connects to
+The driver (``python -m agentfly_train ... trainer.launcher=ray``, or ``auto`` with ``RAY_ADDRESS`` set) connects to
 the cluster, checks that it has the resources, and starts a :class:`ray.train.torch.TorchTrainer` whose workers
 each run the same training job as one process of an ``accelerate launch``: Ray Train's Torch backend creates the
 ``torch.distributed`` process group (NCCL on GPUs, gloo on CPUs) and sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``,
@@ -16,21 +16,16 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentfly_train.config import ConfigError, TrainConfig
-from agentfly_train.train import RESULT_FILE, RunResult, error_summary
+from agentfly_train.errors import error_summary
+from agentfly_train.launchers.base import LAUNCHERS, LOCAL, Launcher, LaunchError
+
+if TYPE_CHECKING:
+    from agentfly_train.train import RunResult
 
 INSTALL_HINT = "trainer.launcher=ray needs Ray Train: pip install 'agentfly-rl[ray]'"
-
-
-def wants_ray(config: TrainConfig) -> bool:
-    """Whether this command should start the run on Ray: ``trainer.launcher=ray``, or ``auto`` with ``RAY_ADDRESS``
-    set, unless this process is already one process of a launch (a Ray Train worker or ``accelerate launch``)."""
-    if "WORLD_SIZE" in os.environ or "LOCAL_RANK" in os.environ:
-        return False
-    launcher = config.trainer.launcher
-    return launcher == "ray" or (launcher == "auto" and bool(os.environ.get("RAY_ADDRESS")))
 
 
 def _connect() -> Any:
@@ -84,19 +79,34 @@ def _train_worker(payload: dict[str, Any]) -> None:
     run(payload["config"], show_progress=payload["show_progress"] and rank == 0)
 
 
-def launch(config: TrainConfig, show_progress: bool = True) -> RunResult:
-    """Runs the training job on the Ray cluster and returns rank 0's result.
+@LAUNCHERS.register("ray")
+class RayLauncher(Launcher):
+    """Ray Train workers on the cluster at ``RAY_ADDRESS``, or this machine's (``auto``: when it is set)."""
 
-    Raises:
-        ConfigError: Ray Train is not installed, the cluster cannot be reached or is too small.
-        RuntimeError: a worker failed (the message says how to resume).
-    """
+    @classmethod
+    def detected(cls) -> bool:
+        """``RAY_ADDRESS`` is set."""
+        return bool(os.environ.get("RAY_ADDRESS"))
+
+    def launch(self, config: TrainConfig, show_progress: bool = True) -> RunResult:
+        """Runs the training job on the Ray cluster and returns rank 0's result.
+
+        Raises:
+            ConfigError: Ray Train is not installed, the cluster cannot be reached or is too small.
+            LaunchError: a worker failed (the message says how to resume).
+        """
+        return _launch(config, show_progress)
+
+
+def _launch(config: TrainConfig, show_progress: bool) -> RunResult:
+    from agentfly_train.train import RESULT_FILE, RunResult
+
     ray = _connect()
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     workers, use_gpu, per_worker = worker_resources(config, ray.cluster_resources())
-    local = dataclasses.replace(config, trainer=dataclasses.replace(config.trainer, launcher="local"))
+    local = dataclasses.replace(config, trainer=dataclasses.replace(config.trainer, launcher=LOCAL))
     trainer = TorchTrainer(
         _train_worker,
         train_loop_config={"config": local, "show_progress": show_progress},
@@ -109,7 +119,7 @@ def launch(config: TrainConfig, show_progress: bool = True) -> RunResult:
     try:
         trainer.fit()
     except Exception as error:  # Ray wraps a worker's failure (or death) in its own error types
-        raise RuntimeError(
+        raise LaunchError(
             f"a training worker failed ({_root_cause(error)}); the run directory keeps the last checkpoint: rerun "
             "the same command (trainer.resume_mode=auto) to resume"
         ) from None

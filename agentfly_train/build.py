@@ -1,0 +1,306 @@
+"""Building a run's parts from its configuration: envs and their data, the chat codec, the env pool and rollout
+driver, the generation backend and the trainer. ``train.run``, ``evaluate`` and the dry run build with these."""
+
+from __future__ import annotations
+
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+import agentfly_envs  # noqa: F401  (registers the env ids)
+from agentfly_envs.errors import AgentflyError
+from agentfly_envs.runtime import EnvPool, LocalEnvPool, RayEnvPool, RemoteEnvError
+from agentfly_envs.runtime.remote import MAX_CONCURRENT_STEPS
+from agentfly_train.config import AGENT_TYPES, ConfigError, TrainConfig
+from agentfly_train.data import env_task_rows, file_task_rows, takes_data_files, trl_dataset
+from agentfly_train.generation import SamplingParams
+from agentfly_train.rollout import AgentRollout, ChatCodec, RolloutBudgets
+
+ENV_VAL_SIZE = 256
+"""Validation rows taken from an env's own task source (which may generate thousands) when ``data.val_size`` is
+``null`` and no ``data.val_files`` are given."""
+
+
+def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
+    """``gymnasium.make`` keyword arguments for the configured agent (env :attr:`TrainConfig.env_id`).
+
+    Without ``agent.env`` the env reads ``data.train_files`` (``data.val_files`` for ``validation``).
+    ``agent.agent_type`` picks the parser, ``agent.max_turns`` the turn budget, ``agent.tools`` and
+    ``agent.reward_name`` (or ``custom_reward_function``) replace the env's tools and reward;
+    ``agent.use_agent=false`` allows one turn and no tools. ``validation`` adds ``data.val_env_kwargs`` (used
+    when no ``data.val_files`` are given).
+    """
+    agent = config.agent
+    kwargs: dict[str, Any] = {**agent.env_kwargs, "parser": AGENT_TYPES[agent.agent_type], "max_turns": agent.turns}
+    files = config.data.val_files if validation else config.data.train_files
+    if agent.env is None or (files and takes_data_files(agent.env, kwargs)):  # the files' rows, never the Hub's
+        kwargs["data_files"] = files
+    if agent.tools is not None:
+        kwargs["tools"] = tuple(agent.tools)
+    if agent.tool_options:
+        kwargs["tool_options"] = agent.tool_options
+    if config.reward_name is not None:
+        kwargs["reward"] = config.reward_name
+    if not agent.use_agent:
+        kwargs["tools"] = ()
+    if validation and not config.data.val_files:
+        kwargs.update(config.data.val_env_kwargs)
+    return kwargs
+
+
+def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: dict[str, Any]) -> ChatCodec:
+    """The chat codec for the env's tools and format, checked to be prefix-preserving on a sample episode
+    (the task's golden episode, or two generic turns when the task has no golden solution).
+
+    Raises:
+        TemplateError: the template rewrites earlier turns, so token-in/token-out rollouts are impossible.
+    """
+    _, info = env.reset(options={"task": sample_task})
+    tools = info["tools"] if config.agent.agent_type == "hf" and info["tools"] else None
+    codec = ChatCodec(tokenizer, tools)
+    try:
+        actions = env.unwrapped.golden_actions()
+    except AgentflyError:
+        actions = ["Let me think about it.", "The answer is 42."]
+    turns = []
+    for action in actions:
+        observation, _, terminated, truncated, _ = env.step(action)
+        turns.append(action)
+        if terminated or truncated:
+            break
+        turns.append(observation)
+    codec.check_prefix_preserving(info["messages"], turns)
+    return codec
+
+
+def make_env(config: TrainConfig, validation: bool = False) -> gym.Env:
+    """The configured env (:func:`env_kwargs`).
+
+    Raises:
+        ConfigError: the env cannot be built from the configuration or its data (one line, naming the key).
+    """
+    key = "data.val_files" if validation else "data.train_files"
+    try:
+        return gym.make(config.env_id, **env_kwargs(config, validation))
+    except AgentflyError as error:
+        where = key if config.agent.env is None else f"agent.env={config.agent.env}"
+        raise ConfigError(f"{where}: {_one_line(error)}") from None
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"cannot build {config.env_id} from agent.* / agent.env_kwargs: {_one_line(error)}") from None
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
+def train_rows(config: TrainConfig, env: gym.Env) -> list[dict[str, Any]]:
+    """Training rows: from ``data.train_files``, else the env's own task source (``data.train_size`` max).
+
+    Raises:
+        ConfigError: a file cannot be read, has no rows, or a row lacks a field the task needs.
+    """
+    try:
+        if config.data.train_files:
+            return file_task_rows(config.data.train_files, env, config.data.train_size)
+        return env_task_rows(env, config.data.train_size)
+    except AgentflyError as error:
+        raise ConfigError(f"data.train_files: {_one_line(error)}") from None
+
+
+def val_rows(config: TrainConfig, env: gym.Env | None) -> list[dict[str, Any]]:
+    """Validation rows: from ``data.val_files``, else the task source of ``env`` (made with
+    ``env_kwargs(config, validation=True)``; none without ``agent.env``), at most ``data.val_size`` of them
+    (``null``: every row of the files, or :data:`ENV_VAL_SIZE` of the env's own tasks); ``data.val_size=0``
+    disables validation.
+
+    Raises:
+        ConfigError: as :func:`train_rows`, for ``data.val_files``.
+    """
+    if env is None or config.data.val_size == 0:
+        return []
+    try:
+        if config.data.val_files:
+            return file_task_rows(config.data.val_files, env, config.data.val_size)
+        if config.data.val_size is None and not config.data.val_files:  # an env's own (maybe generated) tasks
+            return env_task_rows(env, ENV_VAL_SIZE)
+        return env_task_rows(env, config.data.val_size)
+    except AgentflyError as error:
+        raise ConfigError(f"data.val_files: {_one_line(error)}") from None
+
+
+def has_validation(config: TrainConfig) -> bool:
+    """Whether the run validates: it has validation files, or an env whose own task source serves them."""
+    return config.data.val_size != 0 and (bool(config.data.val_files) or config.agent.env is not None)
+
+
+def check_search_backend(config: TrainConfig, rows: list[dict[str, Any]]) -> None:
+    """A search tool on its default backend (the row's own ``context`` paragraphs) needs rows that have them.
+
+    Raises:
+        ConfigError: the rows have no ``context`` and the tool has no corpus or URL; says which option to set.
+    """
+    options = config.agent.tool_options
+    for tool in config.agent.tools or ():
+        if tool not in ("search", "google_search") or options.get(tool, {}).get("backend", "context") != "context":
+            continue
+        if rows and "context" not in rows[0]:
+            raise ConfigError(
+                f"agent.tools has {tool}, whose default backend searches each row's 'context' paragraphs, but the "
+                f"rows have no 'context' field: set agent.tool_options={{{tool}: {{backend: bm25, corpus_file: "
+                f"FILE.jsonl}}}} or {{{tool}: {{backend: http, url: URL}}}}"
+            )
+
+
+@dataclass
+class RunData:
+    """A run's tasks.
+
+    Attributes:
+        env: The training env (open: the SFT warm start plays its golden episodes; the caller closes it).
+        train: Training rows.
+        val: Validation rows (empty: no validation).
+    """
+
+    env: gym.Env
+    train: list[dict[str, Any]]
+    val: list[dict[str, Any]]
+
+
+def run_data(config: TrainConfig) -> RunData:
+    """The training env and the training and validation rows, checked as a run needs them.
+
+    Raises:
+        ConfigError: no training tasks, unreadable data (:func:`train_rows`, :func:`val_rows`), a search tool
+            without its corpus (:func:`check_search_backend`), or fewer rows than ``data.train_batch_size``.
+    """
+    if config.agent.env is None and not config.data.train_files:
+        raise ConfigError("no training tasks: set data.train_files, or agent.env to an env with its own tasks")
+    env = make_env(config)
+    val_env = make_env(config, validation=True) if has_validation(config) else None
+    train, val = train_rows(config, env), val_rows(config, val_env)
+    if val_env is not None:
+        val_env.close()
+    check_search_backend(config, train)
+    if len(train) < config.data.train_batch_size:
+        # TRL's sampler would yield no full batch and Trainer.train() would stop at step 0 without a word.
+        raise ConfigError(
+            f"data.train_batch_size={config.data.train_batch_size} prompts per step, but there are only "
+            f"{len(train)} training rows: lower data.train_batch_size or give more rows"
+        )
+    return RunData(env, train, val)
+
+
+def env_pool(config: TrainConfig, kwargs: dict[str, Any]) -> EnvPool:
+    """The envs of the rollouts, made with ``kwargs``: in this process, or on ``env_workers`` Ray actors
+    (``actor_rollout_ref.rollout.env_runtime=ray``).
+
+    Raises:
+        ConfigError: the Ray cluster lacks, or cannot free within a while, the CPUs or resources the actors reserve.
+    """
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.env_runtime == "local":
+        return LocalEnvPool(config.env_id, kwargs, step_timeout=rollout.env_step_timeout)
+    try:
+        return RayEnvPool(
+            config.env_id,
+            kwargs,
+            num_workers=rollout.env_workers,
+            worker_cpus=rollout.env_worker_cpus,
+            worker_resources=rollout.env_worker_resources,
+            step_timeout=rollout.env_step_timeout,
+            user_code=config.user_code,
+        )
+    except (ValueError, RemoteEnvError) as error:
+        raise ConfigError(f"actor_rollout_ref.rollout.env_workers / env_worker_*: {error}") from None
+
+
+def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any]) -> AgentRollout:
+    """The rollout driver of the configured agent: an env pool made with ``kwargs`` (:func:`env_pool`), the
+    budgets, training and validation sampling, and the env-stepping threads (with Ray envs, enough threads to wait on
+    every env of every actor); the caller closes it (:meth:`~agentfly_train.rollout.AgentRollout.close`)."""
+    rollout = config.actor_rollout_ref.rollout
+    threads = rollout.env_workers * (MAX_CONCURRENT_STEPS if rollout.env_runtime == "ray" else 1)
+    return AgentRollout(
+        pool=env_pool(config, kwargs),
+        codec=codec,
+        budgets=RolloutBudgets(
+            max_turns=config.agent.turns,
+            max_tokens_per_turn=config.agent.max_tokens_per_turn,
+            response_length=rollout.response_length,
+        ),
+        train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
+        val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
+        executor=ThreadPoolExecutor(max_workers=threads),
+        async_episodes=config.async_episodes,
+    )
+
+
+def make_trainer(
+    config: TrainConfig,
+    args: Any,
+    model: Any,
+    tokenizer: Any,
+    codec: ChatCodec,
+    train_tasks: list[dict[str, Any]],
+    val_tasks: list[dict[str, Any]],
+    world_size: int,
+) -> Any:
+    """The :class:`~agentfly_train.trainer.AgentGRPOTrainer` of a run: the rollout driver over a pool of
+    training envs, the algorithm's settings, the KL controller (with ``use_kl_in_reward``), the critic
+    (with an estimator that trains one, ``gae``; built now, so ``critic.model.path=null`` copies the policy as it
+    is after the warm start), and the generation backend of ``actor_rollout_ref.rollout.name`` (built by the
+    trainer on its policy, :func:`~agentfly_train.generation.build_backend`).
+
+    Args:
+        config: The validated configuration.
+        args: Its ``trl.GRPOConfig`` (:func:`~agentfly_train.trl_args.grpo_config`).
+        model: The policy.
+        tokenizer: Its tokenizer.
+        codec: The chat codec (:func:`make_codec`).
+        train_tasks: Training rows.
+        val_tasks: Validation rows.
+        world_size: Processes in the launch.
+    """
+    from agentfly_train.algorithms import get_advantage_estimator, make_kl_controller
+    from agentfly_train.critic import build_value_model
+    from agentfly_train.generation import build_backend
+    from agentfly_train.models import lora_config
+    from agentfly_train.trainer import AgentGRPOTrainer
+    from agentfly_train.trl_args import critic_settings, rl_settings
+
+    agent = agent_rollout(config, codec, env_kwargs(config))
+    critic_model = critic = kl_ctrl = None
+    if get_advantage_estimator(config.algorithm.adv_estimator).trains_critic:
+        trust_remote_code = config.actor_rollout_ref.model.trust_remote_code
+        critic_model = build_value_model(config.critic.model.path, model, trust_remote_code)
+        critic = critic_settings(config, world_size)
+    if config.algorithm.use_kl_in_reward:
+        kl = config.algorithm.kl_ctrl
+        kl_ctrl = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
+    return AgentGRPOTrainer(
+        agent=agent,
+        rl=rl_settings(config),
+        kl_ctrl=kl_ctrl,
+        critic_model=critic_model,
+        critic_settings=critic,
+        val_rows=val_tasks,
+        val_batch_size=config.data.val_batch_size,
+        log_val_generations=config.trainer.log_val_generations,
+        log_train_generations=config.trainer.log_train_generations,
+        model=model,
+        args=args,
+        train_dataset=trl_dataset(
+            train_tasks, lambda row: codec.render(_opening(agent.pool, row), add_generation_prompt=True)
+        ),
+        processing_class=tokenizer,
+        peft_config=lora_config(config),
+        backend=functools.partial(build_backend, config),
+    )
+
+
+def _opening(pool: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
+    _, info = pool.take(1)[0].reset(options={"task": row})
+    return info["messages"]

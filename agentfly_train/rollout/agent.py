@@ -1,0 +1,89 @@
+"""The rollout driver of a run: envs, codec, budgets and sampling, and the records of its episodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from agentfly_envs.runtime import EnvPool
+from agentfly_train.generation.base import GenerationBackend, SamplingParams
+from agentfly_train.rollout.asynchronous import run_rollouts_async
+from agentfly_train.rollout.codec import ChatCodec
+from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, summarize
+from agentfly_train.rollout.sync import run_rollouts
+
+
+@dataclass
+class AgentRollout:
+    """Everything the rollout engine needs besides the model.
+
+    Attributes:
+        pool: Environments (in this process, or on Ray actors).
+        codec: Chat-template token ids.
+        budgets: Turn and token limits.
+        train_params: Sampling for training rollouts.
+        val_params: Sampling for validation rollouts.
+        executor: Threads that step the envs concurrently.
+        async_episodes: Run each episode at its own pace (:func:`~agentfly_train.rollout.run_rollouts_async`)
+            on a backend that :attr:`~agentfly_train.generation.GenerationBackend.streams`; else turn by turn.
+    """
+
+    pool: EnvPool
+    codec: ChatCodec
+    budgets: RolloutBudgets
+    train_params: SamplingParams
+    val_params: SamplingParams
+    executor: ThreadPoolExecutor
+    async_episodes: bool = False
+
+    def run(
+        self,
+        backend: GenerationBackend,
+        tasks: Sequence[Mapping[str, Any]],
+        params: SamplingParams,
+        timing: EngineTime | None = None,
+    ) -> list[Trajectory]:
+        """Episodes for ``tasks`` (one env each), run to the end; ``timing`` accumulates the engine's busy and
+        idle time."""
+        envs = self.pool.take(len(tasks))
+        loop = run_rollouts_async if self.async_episodes and backend.streams else run_rollouts
+        return loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing)
+
+    def evaluate(
+        self, backend: GenerationBackend, rows: Sequence[Mapping[str, Any]], batch_size: int
+    ) -> tuple[dict[str, float], list[Trajectory]]:
+        """Validation: every row once with ``val_params``, in batches.
+
+        Returns:
+            :func:`~agentfly_train.rollout.summarize` statistics of all episodes, and the trajectories.
+        """
+        trajectories: list[Trajectory] = []
+        for start in range(0, len(rows), batch_size):
+            trajectories += self.run(backend, rows[start : start + batch_size], self.val_params)
+        return summarize(trajectories), trajectories
+
+    def close(self) -> None:
+        """Stops the env-stepping threads and closes the envs."""
+        self.executor.shutdown()
+        self.pool.close()
+
+
+def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
+    """A JSON-ready summary of an episode (messages, reward and its components, finish reason, counts, and the
+    tool calls parsed from each assistant turn); the lines of ``val_samples/`` and ``train_samples/``."""
+    return {
+        "reward": trajectory.reward,
+        "correct": trajectory.correct,
+        "finish_reason": trajectory.finish_reason,
+        "turns": trajectory.num_turns,
+        "tool_calls": trajectory.num_tool_calls,
+        "messages": trajectory.messages,
+        "reward_components": trajectory.reward_components,
+        "error_counts": {kind: count for kind, count in trajectory.error_counts.items() if count},
+        "turn_calls": trajectory.turn_calls,
+        "prompt_tokens": len(trajectory.prompt_ids),
+        "completion_tokens": len(trajectory.completion_ids),
+        "sampled_tokens": sum(trajectory.env_mask),
+    }

@@ -1,0 +1,355 @@
+"""``AgentGRPOTrainer``: TRL's ``GRPOTrainer`` trained on multi-turn agent rollouts, with verl's algorithms.
+
+TRL keeps generation scheduling (``steps_per_generation``, ``num_iterations`` = PPO epochs), the reference
+model, old and reference log-probs, the optimiser, distributed setup, logging and checkpointing. Our
+rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out episodes with ``prompt_ids``,
+``completion_ids``, sampled ``logprobs``, ``env_mask`` and the env's reward). The algorithm is ours
+(:mod:`agentfly_train.algorithms`); we override four TRL methods:
+
+- ``_generate_and_score_completions``: hands the batch's task rows to the rollout, lets TRL build the batch,
+  then replaces TRL's (B,) group-normalised advantages by (B, T) token-level ones: each episode's reward on
+  its last sampled token, minus β·KL when ``use_kl_in_reward`` (controller updated with the KL of the batch
+  gathered from all processes), through the configured estimator over the whole gathered batch (groups are
+  the ``num_generations`` rollouts of one prompt). With ``gae`` the critic computes values first and is
+  updated on the returns afterwards. Tool tokens (``env_mask = 0``) and padding get 0.
+- ``_compute_loss``: the PPO clipped (dual-clip) policy loss, minus the entropy bonus, plus the KL loss, each
+  aggregated with ``loss_agg_mode`` so that the micro-batches of an optimiser step add up to the step's loss.
+  The exact (``full``) KL needs whole (b, T, V) logits, which TRL's fused LM head never forms: with it, the
+  policy and the reference run their own forward (:meth:`AgentGRPOTrainer._completion_logits`). When a rollout
+  batch makes a single optimiser step, TRL skips old log-probs (the policy has not moved), and the loss's own
+  forward gives π_train for the engine/trainer gap and the ``rollout_is`` weights: no extra pass over the batch.
+- ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the KL controller's state and the critic (weights
+  and optimiser) go into, and come back from, the ``checkpoint-N`` directory TRL writes, which is written
+  atomically with a manifest (:mod:`~agentfly_train.trainer.checkpointing`).
+
+The rollouts (TRL's ``rollout_func``, the backend's weight sync, validation) are in
+:mod:`~agentfly_train.trainer.rollouts`.
+
+``tests/train/test_trl_contract.py`` pins the TRL behaviour we rely on.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from trl import GRPOTrainer
+
+from agentfly_train.algorithms import (
+    KLController,
+    agg_loss,
+    compute_advantage,
+    full_kl,
+    get_advantage_estimator,
+    kl_penalty,
+    policy_loss,
+    rollout_gap,
+    rollout_gap_metrics,
+    subtract_kl,
+)
+from agentfly_train.batch import (
+    explained_variance,
+    gather_rows,
+    loss_mask,
+    masked_stats,
+    outcome_rewards,
+    sequences,
+    step_denominator,
+)
+from agentfly_train.critic import Critic, CriticSettings
+from agentfly_train.generation import GenerationBackend, HFGenerationBackend, Policy
+from agentfly_train.rollout import (
+    AgentRollout,
+)
+from agentfly_train.trainer.checkpointing import CheckpointMixin
+from agentfly_train.trainer.forwards import ForwardsMixin
+from agentfly_train.trainer.rollouts import RolloutMixin
+from agentfly_train.trl_args import RLSettings, check_trainer_setup
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
+
+
+def env_reward(prompts: list[Any], completions: list[Any], env_reward: list[float], **kwargs: Any) -> list[float]:
+    """The TRL reward function: the env's score of each episode, passed through from the rollout."""
+    return [float(reward) for reward in env_reward]
+
+
+class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer):
+    """PPO-family RL over multi-turn agent episodes on TRL's ``GRPOTrainer``.
+
+    The train dataset has a ``prompt`` column (the rendered opening, for TRL's logs) and a ``task`` column
+    (the row as JSON, reset into the env). Rewards come from the envs' scoring; rollouts of one prompt form
+    a group of ``args.num_generations``.
+
+    Args:
+        agent: The rollout engine's settings and envs.
+        rl: The algorithm.
+        kl_ctrl: The KL-in-reward controller (required with ``rl.algorithm.use_kl_in_reward``).
+        critic_model: The value model (required with an estimator that trains a critic, ``gae``; see
+            :func:`~agentfly_train.critic.build_value_model`); prepared by Accelerate here, with gradient
+            checkpointing when ``args.gradient_checkpointing``.
+        critic_settings: How to train it.
+        val_rows: Validation task rows (``None``: no validation).
+        val_batch_size: Episodes per validation generation call.
+        log_val_generations: Validation trajectories written to ``<output_dir>/val_samples/step_<N>.jsonl``.
+        log_train_generations: Training trajectories of each step written to
+            ``<output_dir>/train_samples/step_<N>.jsonl`` (0: none).
+        backend: The generation backend, or a function that builds it on the trainer's policy
+            (:class:`~agentfly_train.generation.Policy`; e.g. ``functools.partial(build_backend, config)``);
+            ``None``: Hugging Face ``generate`` on the policy. One that
+            :attr:`~agentfly_train.generation.GenerationBackend.has_own_weights` is given the policy's weights after
+            each optimiser step.
+        **kwargs: ``GRPOTrainer`` arguments (``model``, ``args``, ``train_dataset``, ``processing_class``,
+            ``callbacks``, ``peft_config``); ``reward_funcs`` and ``rollout_func`` are set here. ``args.beta``
+            must be non-zero when a KL term needs the reference model (TRL loads it only then).
+
+    Raises:
+        ValueError: a setting the objective needs is missing, or ``args`` asks for a TRL loss option we replace.
+    """
+
+    def __init__(
+        self,
+        *,
+        agent: AgentRollout,
+        rl: RLSettings,
+        kl_ctrl: KLController | None = None,
+        critic_model: Any = None,
+        critic_settings: CriticSettings | None = None,
+        val_rows: Sequence[Mapping[str, Any]] | None = None,
+        val_batch_size: int = 64,
+        log_val_generations: int = 8,
+        log_train_generations: int = 0,
+        backend: GenerationBackend | Callable[[Policy], GenerationBackend] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.agent = agent
+        self.rl = rl
+        self.estimator = get_advantage_estimator(self.rl.algorithm.adv_estimator)
+        self.kl_ctrl = kl_ctrl
+        self.val_rows = list(val_rows or [])
+        self.val_batch_size = val_batch_size
+        self.log_val_generations = log_val_generations
+        self.log_train_generations = log_train_generations
+        self._batch_tasks: list[dict[str, Any]] = []
+        self._batch_rewards: list[float] = []
+        self._batch_baselines: list[float] = []
+        self._train_samples_step, self._train_samples_written = -1, 0
+        self._reward_errors_noted: set[str] = set()  # reward failures already printed, once per distinct message
+        self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
+        check_trainer_setup(self.rl, self.estimator, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)
+        super().__init__(reward_funcs=[env_reward], rollout_func=self._rollout, **kwargs)
+        if critic_model is not None and (
+            self.is_deepspeed_enabled or (self.is_fsdp_enabled and not self.accelerator.is_fsdp2)
+        ):
+            raise ValueError(
+                "the PPO critic runs on one process, under DDP or under FSDP2; DeepSpeed and FSDP1 are not"
+            )
+        self.critic = None
+        if critic_model is not None:
+            if self.args.gradient_checkpointing:
+                critic_model.gradient_checkpointing_enable(self.args.gradient_checkpointing_kwargs)
+            self.critic = Critic(critic_model, critic_settings, self.accelerator)
+        if not isinstance(backend, GenerationBackend):
+            model = self.accelerator.unwrap_model(self.model)
+            policy = Policy(model, self._tokenizer, self._generation_model, self.accelerator.device)
+            backend = (backend or HFGenerationBackend.from_policy)(policy)
+        self.backend = backend
+        self._synced_step = -1  # the engine may hold weights from before a resumed checkpoint: sync at first use
+
+    # --- advantages ----------------------------------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """TRL's method with our advantages: the output's ``advantages`` become (B, T), 0 on tool tokens."""
+        self._batch_tasks = [json.loads(row["task"]) for row in inputs]
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        output["advantages"] = self._advantages(output, mode)
+        if mode == "train" and (
+            self.rl.algorithm.rollout_correction.rollout_is is not None or self.backend.has_own_weights
+        ):
+            self._gap_chunks = None
+            if "old_per_token_logps" in output or self._in_critic_warmup():
+                if "old_per_token_logps" not in output:  # TRL skips them when the ratio is 1
+                    output["old_per_token_logps"] = self._policy_logps(output)
+                weights, chunk = self._rollout_gap(output["old_per_token_logps"], output)
+                if weights is not None:
+                    output["rollout_is_weights"] = weights
+                self._log_rollout_gap([chunk])
+            else:  # the batch makes one optimiser step: the loss's forward passes are π_train, measured there
+                self._gap_chunks = []
+        return output
+
+    def _rollout_gap(self, train_logps: Tensor, inputs: Mapping[str, Any]) -> tuple[Tensor | None, Tensor]:
+        """:func:`~agentfly_train.algorithms.rollout_gap` of some rows (their ``sampling_per_token_logps``)."""
+        correction = self.rl.algorithm.rollout_correction
+        return rollout_gap(
+            train_logps,
+            inputs["sampling_per_token_logps"],
+            loss_mask(inputs),
+            correction.rollout_is,
+            correction.rollout_is_threshold,
+        )
+
+    def _log_rollout_gap(self, chunks: Sequence[Tensor]) -> None:
+        """Logs a rollout batch's gap over its chunks on all processes (:func:`.algorithms.rollout_gap_metrics`)."""
+        gathered = self.accelerator.gather(torch.stack(list(chunks)))  # (processes * chunks, k)
+        for name, value in rollout_gap_metrics(gathered).items():
+            self._metrics["train"][name].append(value)
+
+    def _advantages(self, output: dict[str, Any], mode: str) -> Tensor:
+        """(B, T) advantages of this process's rows, computed over the batch gathered from all processes.
+
+        With a critic, its values go into ``gae`` and it is then trained on the returns (in train mode).
+        """
+        mask = loss_mask(output)  # (B, T)
+        batch, length = mask.shape
+        rows = slice(self.accelerator.process_index * batch, (self.accelerator.process_index + 1) * batch)
+        input_ids, attention_mask = sequences(output)
+        values = None if self.critic is None else self.critic.values(input_ids, attention_mask, length)
+        all_values = None if values is None else gather_rows(self.accelerator, values)
+        all_mask = gather_rows(self.accelerator, mask)  # (B * processes, T_max)
+        rewards, metrics = self._token_rewards(output, all_mask, mode)
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        advantages, returns = compute_advantage(
+            self.rl.algorithm.adv_estimator,
+            rewards,
+            all_mask,
+            index=torch.arange(all_mask.shape[0], device=all_mask.device) // group_size,
+            values=all_values,
+            reward_baselines=self._gathered(self._batch_baselines) if self.estimator.needs_greedy_baseline else None,
+            gamma=self.rl.algorithm.gamma,
+            lam=self.rl.algorithm.lam,
+            norm_adv_by_std_in_grpo=self.rl.algorithm.norm_adv_by_std_in_grpo,
+        )
+        for name, tensor in (("advantages", advantages), ("returns", returns)):
+            metrics.update({f"critic/{name}/{k}": v for k, v in masked_stats(tensor, all_mask).items()})
+        if values is not None:
+            metrics.update({f"critic/values/{k}": v for k, v in masked_stats(all_values, all_mask).items()})
+            metrics["critic/vf_explained_var"] = explained_variance(returns, all_values, all_mask)
+            if mode == "train":
+                local_returns = returns[rows, :length]
+                metrics.update(self.critic.update(input_ids, attention_mask, mask, local_returns, values))
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
+        return advantages[rows, :length]
+
+    def _token_rewards(self, output: dict[str, Any], all_mask: Tensor, mode: str) -> tuple[Tensor, dict[str, float]]:
+        """(B * processes, T_max) token rewards: each episode's reward on its last sampled token, minus β·KL
+        on every sampled token with ``use_kl_in_reward`` (the controller is updated in train mode only)."""
+        rewards = outcome_rewards(self._gathered(self._batch_rewards), all_mask)
+        if not self.rl.algorithm.use_kl_in_reward:
+            return rewards, {}
+        if self.rl.algorithm.kl_penalty == "full":
+            kl = self._full_kl(output)
+        else:
+            if "old_per_token_logps" not in output:  # TRL skips them when the ratio is 1; the KL needs them
+                output["old_per_token_logps"] = self._policy_logps(output)
+            kl = kl_penalty(output["old_per_token_logps"], output["ref_per_token_logps"], self.rl.algorithm.kl_penalty)
+        controller = self.kl_ctrl if mode == "train" else copy.deepcopy(self.kl_ctrl)
+        rewards, stats = subtract_kl(rewards, gather_rows(self.accelerator, kl), all_mask, controller)
+        return rewards, {"actor/reward_kl_penalty": stats["kl"], "actor/reward_kl_penalty_coeff": stats["kl_coef"]}
+
+    def _gathered(self, per_row: Sequence[float]) -> Tensor:
+        """(B * processes,) float32: a per-row list of this process, gathered from all processes."""
+        return gather_rows(self.accelerator, torch.tensor(per_row, dtype=torch.float32, device=self.accelerator.device))
+
+    # --- loss ----------------------------------------------------------------------------------------------------
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
+        """The policy objective on one micro-batch, on tokens where ``loss_mask`` is 1:
+
+        L = policy_loss(clip ε_low/ε_high, dual clip c) − entropy_coeff · H + kl_loss_coef · KL(π ‖ π_ref),
+        each term aggregated with ``loss_agg_mode`` over the whole optimiser step (all micro-batches, all
+        processes), so the micro-batch losses add up to the step's. During ``critic_warmup`` it is a constant
+        0 (no forward pass; the policy does not move).
+        """
+        mode = "train" if self.model.training else "eval"
+        if mode == "train" and self._in_critic_warmup():
+            return torch.zeros((), device=self.accelerator.device, requires_grad=True)
+        rl, mask = self.rl, loss_mask(inputs)
+        logps, entropies, aux_loss, kl = self._policy_terms(model, inputs)
+        old_logps = inputs.get("old_per_token_logps")
+        old_logps = logps.detach() if old_logps is None else old_logps
+        weights = inputs.get("rollout_is_weights")
+        if mode == "train" and self._gap_chunks is not None:  # π_train is this forward's policy (no update yet)
+            weights, chunk = self._rollout_gap(logps, inputs)
+            self._gap_chunks.append(chunk)
+            if len(self._gap_chunks) == self.args.steps_per_generation:
+                self._log_rollout_gap(self._gap_chunks)
+                self._gap_chunks = None
+        denominator = self._step_denominator() if mode == "train" else None
+        pg_loss, pg_metrics = policy_loss(
+            old_logps,
+            logps,
+            inputs["advantages"],
+            mask,
+            rl.actor.clip_low,
+            rl.actor.clip_high,
+            rl.actor.clip_ratio_c,
+            rl.actor.loss_agg_mode,
+            denominator=denominator,
+            weights=weights,
+        )
+        entropy = agg_loss(entropies, mask, rl.actor.loss_agg_mode, denominator=denominator)
+        loss = pg_loss - rl.actor.entropy_coeff * entropy
+        terms = {"actor/pg_loss": pg_loss, "actor/entropy": entropy}
+        if kl is not None:
+            terms["actor/kl_loss"] = agg_loss(kl, mask, rl.actor.loss_agg_mode, denominator=denominator)
+            loss = loss + rl.actor.kl_loss_coef * terms["actor/kl_loss"]
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / accumulation
+        # The logger averages a step's micro-batches; a term's share times their number is the step's value.
+        metrics = {**{name: term.detach() * accumulation for name, term in terms.items()}, **pg_metrics}
+        means = self.accelerator.reduce(torch.stack(list(metrics.values())).float(), reduction="mean")
+        for name, value in zip(metrics, means.tolist(), strict=True):
+            self._metrics[mode][name if name.startswith("actor/") else f"actor/{name}"].append(value)
+        return loss
+
+    def _policy_terms(
+        self, model: Any, inputs: Mapping[str, Any]
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """(b, T) log-probs and entropies of the completion tokens under ``model`` (with gradient), the MoE aux loss
+        (or ``None``), and the (b, T) KL(π ‖ π_ref) of the KL loss (``None`` without ``use_kl_loss``).
+
+        TRL's fused head computes the first two unless the KL is ``full``, which needs the whole logits.
+        """
+        rl, (input_ids, attention_mask) = self.rl, sequences(inputs)
+        length = inputs["completion_ids"].shape[1]
+        if rl.actor.use_kl_loss and rl.actor.kl_loss_type == "full":
+            from trl.trainer.utils import selective_log_softmax_and_entropy
+
+            logits, aux_loss = self._completion_logits(model, input_ids, attention_mask, length, self.aux_loss_enabled)
+            logps, entropies = selective_log_softmax_and_entropy(logits, inputs["completion_ids"])
+            with torch.no_grad(), self._reference_model() as reference:
+                ref_logits, _ = self._completion_logits(reference, input_ids, attention_mask, length)
+            return logps, entropies, aux_loss, full_kl(logits, ref_logits)
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, length, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled
+        )
+        kl = kl_penalty(logps, inputs["ref_per_token_logps"], rl.actor.kl_loss_type) if rl.actor.use_kl_loss else None
+        return logps, entropies, aux_loss, kl
+
+    def _in_critic_warmup(self) -> bool:
+        """Whether the current rollout step is one of the first ``critic_warmup``."""
+        optimizer_steps_per_rollout = (
+            self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
+        )
+        return self.state.global_step // optimizer_steps_per_rollout < self.rl.critic_warmup
+
+    def _step_denominator(self) -> Tensor:
+        """The loss denominator of the current optimiser step, from the micro-batches TRL buffered for it."""
+        accumulation = self.args.gradient_accumulation_steps
+        first = (self._step % self.args.steps_per_generation) // accumulation * accumulation
+        window = self._buffered_inputs[first : first + accumulation]
+        return step_denominator(
+            [loss_mask(batch) for batch in window],
+            self.rl.actor.loss_agg_mode,
+            self.args.max_completion_length,
+            self.accelerator,
+        )

@@ -1,0 +1,189 @@
+"""The trainer's rollouts: the generation backend kept in sync with the policy, training and validation
+episodes, their metrics and sample files."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from agentfly_train.generation import GenerationBackend
+from agentfly_train.rollout import (
+    EngineTime,
+    Trajectory,
+    reward_error_notes,
+    summarize,
+    trajectory_record,
+)
+from agentfly_train.sharding import engine_weights, unsharded
+
+
+class RolloutMixin:
+    """The trainer's rollouts. Mixed into :class:`~agentfly_train.trainer.AgentGRPOTrainer`, whose state it uses."""
+
+    @contextlib.contextmanager
+    def _rollout_backend(self) -> Iterator[GenerationBackend]:
+        """The generation backend, holding the current policy weights, for one rollout.
+
+        A backend with its own copy of the weights (vLLM) gets the policy's after every optimiser step, once,
+        before it next samples (TRL syncs its own vLLM engine the same way, on ``global_step``). One shared by
+        all processes (a vLLM server) gets them from the main process, and the others wait until it has.
+        Sampling from the policy itself (HF), an FSDP2 policy is held unsharded for the rollout
+        (:func:`~agentfly_train.sharding.unsharded`), since each process makes its own number of forwards.
+        """
+        if not self.backend.has_own_weights:
+            with unsharded(self.model):
+                yield self.backend
+            return
+        if self._synced_step != self.state.global_step:
+            shared = self.backend.shared_by_processes
+            weights = engine_weights(self.accelerator.unwrap_model(self.model))
+            if self.accelerator.is_main_process or not shared:
+                self.backend.load_weights(weights)
+            else:
+                collections.deque(weights, maxlen=0)  # an FSDP2 policy's tensors are gathered by all processes
+            if shared:
+                self.accelerator.wait_for_everyone()
+            self._synced_step = self.state.global_step
+        yield self.backend
+
+    @contextlib.contextmanager
+    def _generation_model(self) -> Iterator[Any]:
+        """The model to sample from, as TRL's own transformers path unwraps it."""
+        from trl.models.utils import unwrap_model_for_generation
+
+        autocast = (
+            torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16)
+            if self.args.bf16
+            else contextlib.nullcontext()
+        )
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+            autocast,
+        ):
+            yield model
+
+    def _rollout(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list[Any]]:
+        """TRL's ``rollout_func``: multi-turn episodes for the batch's tasks (plus ReMax's greedy baselines)."""
+        mode = "train" if self.model.training else "eval"
+        params = self.agent.train_params if mode == "train" else self.agent.val_params
+        synced, timing = time.perf_counter(), EngineTime()
+        with self._rollout_backend() as backend:
+            start = time.perf_counter()
+            self._metrics[mode]["timing/weight_sync_s"].append(start - synced)
+            trajectories = self.agent.run(backend, self._batch_tasks, params, timing)
+        self._metrics[mode]["timing/engine_idle_frac"].append(timing.idle_fraction)
+        self._batch_rewards = [t.reward for t in trajectories]
+        if self.estimator.needs_greedy_baseline:
+            self._batch_baselines = self._greedy_rewards(self._batch_tasks)
+            self._metrics[mode]["reward/greedy_baseline/mean"].append(sum(self._batch_baselines) / len(trajectories))
+        self._record_rollout(mode, trajectories, time.perf_counter() - start)
+        if mode == "train":
+            self._save_train_samples(trajectories)
+        return {
+            "prompt_ids": [t.prompt_ids for t in trajectories],
+            "completion_ids": [t.completion_ids for t in trajectories],
+            "logprobs": [t.logprobs for t in trajectories],
+            "env_mask": [t.env_mask for t in trajectories],
+            "env_reward": [t.reward for t in trajectories],
+        }
+
+    def _greedy_rewards(self, tasks: Sequence[Mapping[str, Any]]) -> list[float]:
+        """ReMax's baseline of each row: the reward of one greedy episode per distinct task."""
+        keys = [json.dumps(task, sort_keys=True, default=str) for task in tasks]
+        distinct = list(dict.fromkeys(keys))
+        greedy = dataclasses.replace(self.agent.val_params, temperature=0.0)
+        with self._rollout_backend() as backend:
+            episodes = self.agent.run(backend, [json.loads(key) for key in distinct], greedy)
+        reward = {key: episode.reward for key, episode in zip(distinct, episodes, strict=True)}
+        return [reward[key] for key in keys]
+
+    def _record_rollout(self, mode: str, trajectories: Sequence[Trajectory], seconds: float) -> None:
+        self._note_reward_errors(trajectories)
+        stats = summarize(trajectories)
+        env_seconds = stats.pop("env_seconds")
+        metrics = self._metrics[mode]
+        for name, value in stats.items():
+            metrics[name].append(value)
+        sampled = sum(sum(t.env_mask) for t in trajectories)
+        metrics["timing/rollout_s"].append(seconds)
+        metrics["timing/env_s"].append(env_seconds)
+        metrics["throughput/gen_tokens_per_s"].append(sampled / max(seconds - env_seconds, 1e-9))
+        for name, value in self._remote_failures().items():
+            metrics[name].append(value)
+
+    def _note_reward_errors(self, trajectories: Sequence[Trajectory]) -> None:
+        """Prints, on the main process, one line on stderr per reward failure message not printed before."""
+        notes = reward_error_notes(trajectories, self._reward_errors_noted)
+        if self.accelerator.is_main_process:
+            for note in notes:
+                print(note, file=sys.stderr)
+
+    def _remote_failures(self) -> dict[str, float]:
+        """``env/remote_failures``: env resets and steps lost to a timeout (any runtime) or a dead Ray actor since
+        the last call."""
+        return {"env/remote_failures": sum(self.agent.pool.pop_failures().values())}
+
+    def _save_train_samples(self, trajectories: Sequence[Trajectory]) -> None:
+        """Appends up to ``log_train_generations`` episodes of the coming step to ``train_samples/step_<N>.jsonl``
+        (the file is started afresh by the step's first rollout, so a resumed run does not duplicate lines)."""
+        if not self.log_train_generations or not self.accelerator.is_main_process:
+            return
+        step = self.state.global_step + 1
+        path = Path(self.args.output_dir) / "train_samples" / f"step_{step:06d}.jsonl"
+        written = self._train_samples_written if self._train_samples_step == step else 0
+        self._train_samples_step = step
+        kept = trajectories[: max(self.log_train_generations - written, 0)]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a" if written else "w") as file:
+            for trajectory in kept:
+                file.write(json.dumps(trajectory_record(trajectory)) + "\n")
+        self._train_samples_written = written + len(kept)
+
+    def validate(self) -> dict[str, float]:
+        """Runs the validation rows through the envs; returns ``val/*`` metrics and writes sample trajectories.
+
+        Returns:
+            ``val/accuracy``, ``val/reward/mean`` and the other :func:`summarize` statistics, prefixed ``val/``.
+        """
+        if not self.val_rows:
+            return {}
+        start = time.perf_counter()
+        with self._rollout_backend() as backend:
+            stats, trajectories = self.agent.evaluate(backend, self.val_rows, self.val_batch_size)
+        self._note_reward_errors(trajectories)
+        stats.pop("env_seconds")
+        stats["timing/s"] = time.perf_counter() - start
+        stats.update(self._remote_failures())
+        if self.accelerator.is_main_process and self.log_val_generations:
+            path = Path(self.args.output_dir) / "val_samples" / f"step_{self.state.global_step:06d}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w") as file:
+                for trajectory in trajectories[: self.log_val_generations]:
+                    file.write(json.dumps(trajectory_record(trajectory)) + "\n")
+        return {f"val/{name}": value for name, value in stats.items()}
+
+    def record_metrics(self, metrics: Mapping[str, float]) -> None:
+        """Adds metrics to the current step's log line."""
+        for name, value in metrics.items():
+            self._metrics["train"][name].append(value)
+
+    def close(self) -> None:
+        """Stops the env-stepping threads, closes the envs and releases the generation backend."""
+        self.agent.close()
+        self.backend.close()
