@@ -215,8 +215,9 @@ def kill_actor(ray, actor, timeout: float = 60.0) -> None:
 
 # --- the README's shell commands ---------------------------------------------------------------------------------
 
-DOC_FILES = (REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")))
-"""The files whose shell blocks (```bash, ```sh, ```shell, ```console) hold documented commands."""
+DOC_FILES = (REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md")))
+"""The files whose shell blocks (```bash, ```sh, ```shell, ```console) hold documented commands: README.md and every
+page under docs/, subfolders included."""
 _SHELL_BLOCK = re.compile(
     r"^(?P<indent>[ \t]*)```(?P<lang>bash|sh|shell|console)[ \t]*\n(?P<body>.*?)^(?P=indent)```",
     re.MULTILINE | re.DOTALL,
@@ -270,7 +271,8 @@ class ReadmeCommand:
     """A documented command as a test runs it.
 
     Attributes:
-        argv: The program and its arguments (``python`` is this interpreter; ``accelerate`` the one beside it).
+        argv: The program and its arguments (``python`` is this interpreter; ``accelerate`` and ``mkdocs`` the ones
+            beside it).
         env: The ``NAME=value`` assignments the command starts with.
     """
 
@@ -305,7 +307,7 @@ def readme_command(
         AssertionError: ``command`` is not in the README or docs, or a ``change`` names nothing in it.
     """
     normalised = normalise_command(command)
-    assert normalised in documented_commands(), f"not a command of README.md or docs/*.md: {normalised}"
+    assert normalised in documented_commands(), f"not a command of README.md or docs/: {normalised}"
     _RUN_README_COMMANDS.add(normalised)
     words = shlex.split(normalised)
     env = {}
@@ -329,6 +331,8 @@ def readme_command(
         words[0] = sys.executable
     elif words[0] == "accelerate":
         words[0] = str(Path(sys.executable).with_name("accelerate"))
+    elif words[0] == "mkdocs":
+        words[0] = str(Path(sys.executable).with_name("mkdocs"))
     return ReadmeCommand([*words, *add], env)
 
 

@@ -40,8 +40,8 @@ NOT_RUN = {
         "needs 2 nodes of 8 GPUs; tests/train/test_ray_launch.py runs the Ray launch on one node's CPUs"
     ),
 }
-"""The documented commands no test runs, each with why it cannot run here. Every other command of the README's and
-docs/*.md's shell blocks is run by the test marked ``@runs_readme_command`` with it."""
+"""The documented commands no test runs, each with why it cannot run here. Every other command of the shell blocks of
+the README and of the pages under docs/ is run by the test marked ``@runs_readme_command`` with it."""
 
 
 def marked_commands() -> dict[str, str]:
@@ -100,11 +100,12 @@ def test_a_readme_command_is_run_with_only_the_named_changes():
         readme_command("python -m agentfly_train report RUN_DIR --out /tmp/run.html", {"OTHER": "x"})
 
 
-def test_quick_tour_runs_as_written(monkeypatch):
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_quick_tour_runs_as_written(page, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
-    block = re.search(r"```python\n(.*?)```", README, re.DOTALL).group(1)
+    block = re.search(r"```python\n(.*?)```", (REPO_ROOT / page).read_text(), re.DOTALL).group(1)
     namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+    exec(compile(block, page, "exec"), namespace)
     assert namespace["reward"] == 1.0 and namespace["terminated"]
     assert namespace["info"]["reward_components"] == {"answer_found": 1.0, "correct": 1.0}
 
@@ -117,8 +118,45 @@ def test_first_lines_are_the_two_setup_commands():
     assert "python -m pytest -q" in ci.splitlines()[-1]
 
 
-def test_readme_lists_every_registered_component():
-    from agentfly_envs import ENVIRONMENTS, PARSERS, REWARDS, TOOLS
+def test_the_docs_list_every_registered_component():
+    from agentfly_envs import ENVIRONMENTS, PARSERS, REWARDS, TASKS, TOOLS
 
-    for name in [*ENVIRONMENTS, *PARSERS, *REWARDS, *TOOLS]:
-        assert f"`{name}" in README, name
+    envs = (REPO_ROOT / "docs" / "envs.md").read_text()
+    components = (REPO_ROOT / "docs" / "tools.md").read_text()
+    for name in ENVIRONMENTS:
+        assert f"`{name}`" in envs, name
+    for name in [*PARSERS, *REWARDS, *TOOLS, *TASKS]:
+        assert f"`{name}" in components, name
+
+
+def test_the_readme_links_every_docs_page_and_the_docs_nav_has_every_page():
+    pages = sorted(path.relative_to(REPO_ROOT).as_posix() for path in (REPO_ROOT / "docs").rglob("*.md"))
+    nav = (REPO_ROOT / "mkdocs.yml").read_text()
+    for page in pages:
+        assert f"]({page}" in README, f"README.md does not link {page}"
+        assert f": {page.removeprefix('docs/')}\n" in nav, f"mkdocs.yml's nav lacks {page}"
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors of a Markdown text's headings, as MkDocs (and GitHub, for these headings) make them."""
+    text = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+    headings = re.findall(r"^#+ (.*)$", text, re.MULTILINE)
+    return {re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", heading).strip().lower()) for heading in headings}
+
+
+def test_the_readme_s_links_into_the_docs_resolve():
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#([^)]*))?\)", README)
+    assert len(links) > 20
+    for page, anchor in links:
+        assert (REPO_ROOT / page).is_file(), page
+        if anchor:
+            assert anchor in heading_anchors((REPO_ROOT / page).read_text()), f"{page}#{anchor}"
+    assert not [a for a in re.findall(r"\]\(#([^)]*)\)", README) if a not in heading_anchors(README)]
+
+
+def test_the_readme_says_what_the_code_writes():
+    trainer = (REPO_ROOT / "agentfly_train" / "trainer.py").read_text()
+    assert 'f"step_{self.state.global_step:06d}.jsonl"' in trainer  # val_samples/step_000010.jsonl, as documented
+    documented = "\n".join(path.read_text() for path in [REPO_ROOT / "README.md", *(REPO_ROOT / "docs").rglob("*.md")])
+    assert "step_N.jsonl" not in documented and "val_samples/step_000010.jsonl" in documented
+    assert "not available yet" not in documented

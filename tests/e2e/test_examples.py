@@ -157,7 +157,7 @@ def test_world_throughput_benchmark_on_scienceworld(readme, tmp_path):
     result_file = tmp_path / "scienceworld.json"
     command = readme_command(
         readme,
-        {  # two of the eight tasks (gold paths take seconds to generate), Coin's figures as in the README
+        {  # two of the eight tasks (gold paths take seconds to generate), Coin's figures as in docs/benchmarks.md
             "--scienceworld": ["find-animal", "lifespan-longest-lived"],
             "--episodes": "2",
             "--vector-steps": "10",

@@ -1,6 +1,6 @@
-"""The README's training-side commands that no other test runs: the dry run, and eval and report of a run.
+"""The documented training-side commands that no other test runs: the dry run, and eval and report of a run.
 
-Each runs as the README writes it (:func:`tests.conftest.readme_command`), on a one-step tiny quickstart run.
+Each runs as the README or docs/ writes it (:func:`tests.conftest.readme_command`), on a one-step tiny quickstart run.
 """
 
 from __future__ import annotations

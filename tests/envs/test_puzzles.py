@@ -162,10 +162,10 @@ def test_missing_package_says_what_to_install():
     assert printed == "TextArena is not installed: pip install 'agentfly-rl[puzzles]' (the textarena package)"
 
 
-def test_readme_puzzle_example_runs_as_written():
-    readme = (REPO_ROOT / "README.md").read_text()
+def test_docs_puzzle_example_runs_as_written():
+    readme = (REPO_ROOT / "docs" / "envs.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "agentfly/TextArena-" in b)
     namespace: dict = {}
-    exec(compile(block, "<README.md: TextArena puzzles>", "exec"), namespace)
+    exec(compile(block, "<docs/envs.md: TextArena puzzles>", "exec"), namespace)
     assert (namespace["reward"], namespace["terminated"]) == (1.0, True)
     assert namespace["info"]["reward_components"]["success"] == 1.0

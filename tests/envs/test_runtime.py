@@ -247,11 +247,11 @@ def test_the_runtime_imports_without_ray_and_says_what_to_install():
     ]
 
 
-def test_the_readme_example_runs_as_written(ray_cluster, monkeypatch):
-    readme = (REPO_ROOT / "README.md").read_text()
+def test_the_docs_example_runs_as_written(ray_cluster, monkeypatch):
+    readme = (REPO_ROOT / "docs" / "ray.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "RayEnvPool(" in b)
     monkeypatch.chdir(REPO_ROOT)
     namespace: dict = {}
-    exec(compile(textwrap.dedent(block), "README.md", "exec"), namespace)
+    exec(compile(textwrap.dedent(block), "docs/ray.md", "exec"), namespace)
     assert len(namespace["envs"]) == 8 and namespace["info"]["task_index"] == 0
     assert ray_cluster.is_initialized()  # the pool joined the session's Ray and left it running

@@ -214,11 +214,11 @@ def test_missing_package_or_java_says_what_to_install(setup, message):
     assert message in printed and len(printed.splitlines()) == 1
 
 
-def test_readme_world_example_runs_as_written(monkeypatch):
-    readme = (REPO_ROOT / "README.md").read_text()
+def test_docs_world_example_runs_as_written(monkeypatch):
+    readme = (REPO_ROOT / "docs" / "envs.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "agentfly/TWX-Coin" in b)
     namespace: dict = {}
-    exec(compile(block, "<README.md: interactive worlds>", "exec"), namespace)
+    exec(compile(block, "<docs/envs.md: interactive worlds>", "exec"), namespace)
     assert (namespace["reward"], namespace["terminated"]) == (1.0, True)
     assert namespace["info"]["reward_components"]["success"] == 1.0
 

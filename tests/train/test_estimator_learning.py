@@ -1,7 +1,7 @@
 """Each advantage estimator learns: on fixed one-step multiplications, the mean reward of a warm-started tiny
 policy over the last 3 steps of a run clearly exceeds the first 3 steps'; PPO's critic comes to explain part of
-the returns (explained variance over steps 3-8 above 0 and above its fresh head's at step 1). The README's
-"Algorithms" section
+the returns (explained variance over steps 3-8 above 0 and above its fresh head's at step 1). The documentation's
+"Algorithms" page (docs/algorithms.md)
 reports these figures and their spread over seeds and thread counts.
 
 The warm start imitates demonstrations of which 6 in 10 skip the calculator and answer with a wrong guess (as the
@@ -85,7 +85,7 @@ def test_mean_reward_rises(estimator, warm_policies, tmp_path):
     rewards = [record["reward/mean"] for record in records]
     assert len(rewards) == steps
     first, last = statistics.fmean(rewards[:3]), statistics.fmean(rewards[-3:])
-    print(f"{estimator}: mean reward {first:.2f} over the first 3 steps, {last:.2f} over the last 3")  # README figures
+    print(f"{estimator}: mean reward {first:.2f} over the first 3 steps, {last:.2f} over the last 3")  # docs figures
     assert last >= first + LEARNING_MARGIN, (
         f"{estimator}: mean reward {first:.2f} over the first 3 steps, {last:.2f} the last 3"
     )

@@ -254,8 +254,8 @@ def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora, f
 @pytest.mark.timeout(1200)  # the whole quickstart (run_cli's own limit is 900 s): pytest's default is 600
 def test_the_quickstart_learns_on_vllm_as_on_hf(tmp_path):
     """The quickstart (SFT warm start, 30 GRPO steps) with its rollouts on the vLLM engine (one process, colocated,
-    asynchronous episodes) raises validation accuracy and the mean reward by the HF quickstart's margin (README:
-    the spread over seeds), and the engine stays on the policy's weights through the 30 updates."""
+    asynchronous episodes) raises validation accuracy and the mean reward by the HF quickstart's margin
+    (docs/training.md: the spread over seeds), and the engine stays on the policy's weights through the 30 updates."""
     import statistics
     import sys
 

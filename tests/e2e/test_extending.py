@@ -1,0 +1,137 @@
+"""The worked examples of docs/extending.md (examples/extending/) do what the page says.
+
+Each test loads its example into this process inside :func:`restored_registries`, so the names it registers are
+gone again for the other tests.
+"""
+
+from __future__ import annotations
+
+import runpy
+
+import gymnasium as gym
+import pytest
+
+from agentfly_envs import PARSERS, REWARDS, TASKS, TOOLS
+from tests.conftest import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "examples" / "extending"
+
+
+@pytest.fixture
+def restored_registries():
+    """Loads an example by file name; every registry it adds to is restored afterwards."""
+    saved = [(registry, dict(registry._entries)) for registry in (TOOLS, REWARDS, PARSERS, TASKS)]
+    saved_envs = dict(gym.registry)
+    estimators = None
+    try:
+        from agentfly_train.algorithms import ADVANTAGE_ESTIMATORS
+
+        estimators = dict(ADVANTAGE_ESTIMATORS)
+    except ImportError:  # the base install, without torch
+        pass
+    yield lambda name: runpy.run_path(str(EXAMPLES / name))
+    for registry, entries in saved:
+        registry._entries = entries
+    gym.registry.clear()
+    gym.registry.update(saved_envs)
+    if estimators is not None:
+        ADVANTAGE_ESTIMATORS.clear()
+        ADVANTAGE_ESTIMATORS.update(estimators)
+
+
+def test_a_new_env_plays_a_golden_episode(restored_registries):
+    restored_registries("new_env.py")
+    env = gym.make("myproject/Minutes-Calc", num_tasks=5)
+    observation, info = env.reset(options={"index": 0})
+    hours, minutes = (int(word) for word in observation.split() if word.isdigit())
+    assert observation == f"How many minutes are in {hours} hours and {minutes} minutes?"
+    assert [message["role"] for message in info["messages"]] == ["system", "user"]
+    actions = env.unwrapped.golden_actions()
+    observation, *_ = env.step(actions[0])
+    assert observation == str(hours * 60 + minutes)  # the calculator's output
+    _, reward, terminated, _, info = env.step(actions[1])
+    assert (reward, terminated, info["reward_components"]["correct"]) == (1.0, True, 1.0)
+    env.reset(options={"index": 1})
+    *_, reward, terminated, _, _ = env.step("The answer is \\boxed{0}.")
+    assert (reward, terminated) == (0.0, True)
+    gym.make("myproject/Minutes-Calc").reset(seed=0)  # the default task set
+
+
+def test_a_new_tool_answers_calls(restored_registries):
+    restored_registries("new_tool.py")
+    env = gym.make("agentfly/Arith-Calc", tools=("calculator", "convert_length"))
+    _, info = env.reset(options={"index": 0})
+    assert "convert_length" in [tool["function"]["name"] for tool in info["tools"]]
+    call = '<tool_call>{"name": "convert_length", "arguments": {"value": 3, "unit": "km", "to": "m"}}</tool_call>'
+    observation, *_, info = env.step(call)
+    assert observation == "3000"
+    observation, *_, info = env.step(call.replace('"km"', '"yd"'))
+    assert observation.startswith("Error: unknown unit 'yd'") and info["error_counts"]["tool_error"] == 1
+
+
+def test_a_new_reward_scores_answers(restored_registries):
+    restored_registries("new_reward.py")
+    from agentfly_envs import get_reward
+
+    reward = get_reward("within_one_percent")
+    assert reward("So \\boxed{99.5}.", "100").score == 1.0
+    assert reward("So \\boxed{99.5}.", "100").components["relative_error"] == pytest.approx(0.005)
+    assert reward("So \\boxed{90}.", ["100", "200"]).score == 0.0
+    assert reward("I do not know.", "100").components == {"relative_error": 1.0}
+    env = gym.make("agentfly/Arith-Calc", reward="within_one_percent")
+    env.reset(options={"index": 0})
+    *_, info = env.step(env.unwrapped.golden_actions()[-1])
+    assert info["reward_components"] == {"relative_error": 0.0}
+
+
+def test_a_new_parser_reads_and_writes_its_format(restored_registries):
+    restored_registries("new_parser.py")
+    from agentfly_envs import ToolCall, get_parser
+
+    parser = get_parser("call_lines")
+    result = parser.parse('First 12*8.\nCALL calculator({"expression": "12*8"})')
+    assert (result.content, result.calls[0].name, result.calls[0].arguments) == (
+        "First 12*8.",
+        "calculator",
+        {"expression": "12*8"},
+    )
+    assert parser.parse(parser.format_calls([ToolCall("calculator", {"expression": "1+1"})])).calls[0].arguments == {
+        "expression": "1+1"
+    }
+    assert parser.parse("CALL calculator(expression=12*8)").errors == [
+        "call 1: the arguments are not a JSON object (Expecting value)"
+    ]
+    env = gym.make("agentfly/Arith-Calc", parser="call_lines")
+    _, info = env.reset(options={"index": 0})
+    assert "CALL <tool>(<JSON object of arguments>)" in info["messages"][0]["content"]
+    for action in env.unwrapped.golden_actions():
+        *_, reward, terminated, _, info = env.step(action)
+    assert (reward, terminated, sum(info["error_counts"].values())) == (1.0, True, 0)
+
+
+def test_a_new_estimator_computes_its_advantages(restored_registries):
+    torch = pytest.importorskip("torch")
+    from agentfly_train.algorithms import compute_advantage, get_advantage_estimator
+    from agentfly_train.config import ConfigError, load_config
+
+    restored_registries("new_estimator.py")
+    rewards = torch.tensor([[0, 0, 1.0], [0, 0, 0], [0, 0.5, 0], [0, 0, 1], [0, 0, 0]])
+    mask = torch.tensor([[1, 0, 1], [1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 1]])  # 0: a tool token or padding
+    advantages, returns = compute_advantage("median_baseline", rewards, mask, index=["a", "a", "a", "b", "b"])
+    # group a: scores 1, 0, 0.5, median 0.5; group b: scores 1, 0, lower median 0
+    expected = torch.tensor([[0.5, 0, 0.5], [-0.5, -0.5, -0.5], [0, 0, 0], [1, 1, 1], [0, 0, 0]])
+    torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(returns, expected)
+    entry = get_advantage_estimator("median_baseline")
+    assert entry.compares_responses and not entry.trains_critic and not entry.needs_greedy_baseline
+    with pytest.raises(ValueError, match="needs index"):
+        compute_advantage("median_baseline", rewards, mask)
+    with pytest.raises(ConfigError, match=r"agent\.num_chains >= 2"):
+        load_config(
+            [
+                "algorithm.adv_estimator=median_baseline",
+                "agent.num_chains=1",
+                "agent.env=agentfly/Arith-Calc",
+                "actor_rollout_ref.model.path=agentfly:tiny",
+            ]
+        )
