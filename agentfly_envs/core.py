@@ -8,7 +8,6 @@ tool set, an action parser and a reward function. Observations and actions are t
 from __future__ import annotations
 
 import copy
-import difflib
 import inspect
 import json
 from collections import Counter
@@ -22,6 +21,7 @@ from gymnasium.error import ResetNeeded
 
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, TaskFormatError
 from agentfly_envs.parsers import Action, Parser, ParseResult, ToolCall, get_parser
+from agentfly_envs.registry import close_match
 from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, checked_score, get_reward
 from agentfly_envs.spaces import TextSpace
 from agentfly_envs.tasks import GoldenSolution, Row, TaskSource, get_task_source
@@ -377,8 +377,8 @@ class ToolEnv(gym.Env[str, Action]):
         tool = self._tool(call.name)
         if tool is None:
             episode.error_counts["unknown_tool"] += 1
-            close = difflib.get_close_matches(call.name, self.tools, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            close = close_match(call.name, self.tools)
+            hint = f"did you mean {close!r}? " if close else ""
             turn.add_error(f"unknown tool {call.name!r:.80}; {hint}available tools: {', '.join(self.tools)}", call)
             return
         self.running_tool = tool.name
@@ -504,8 +504,8 @@ def _make_task_source(name: str, task_kwargs: dict[str, Any]) -> TaskSource:
     unknown = [key for key in task_kwargs if key not in task_params]
     if unknown:
         env_params = [p for p in inspect.signature(ToolEnv).parameters if p != "task_kwargs"]
-        guesses = {key: difflib.get_close_matches(key, task_params + env_params, n=1) for key in unknown}
-        hints = "".join(f" Did you mean {close[0]!r} for {key!r}?" for key, close in guesses.items() if close)
+        guesses = {key: close_match(key, task_params + env_params) for key in unknown}
+        hints = "".join(f" Did you mean {close!r} for {key!r}?" for key, close in guesses.items() if close)
         raise TypeError(
             f"unknown env kwarg(s) {unknown}.{hints} ToolEnv takes {env_params}; task {name!r} takes {task_params}."
         )
@@ -525,8 +525,8 @@ def _make_tools(names: Sequence[str], options: Mapping[str, Mapping[str, Any]]) 
         except TypeError as e:
             parameters = inspect.signature(tool.for_env).parameters.values()
             params = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
-            guesses = [difflib.get_close_matches(key, params, n=1) for key in options.get(name, {})]
-            hints = "".join(f" Did you mean {close[0]!r}?" for close in guesses if close)
+            guesses = [close_match(key, params) for key in options.get(name, {})]
+            hints = "".join(f" Did you mean {close!r}?" for close in guesses if close)
             raise TypeError(f"tool_options[{name!r}]: {e}.{hints} Tool {name!r} takes {params}.") from e
     return tools
 

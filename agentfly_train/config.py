@@ -203,7 +203,16 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    """An optimiser (AdamW)."""
+    """An optimiser (AdamW): the actor's (``actor_rollout_ref.actor.optim.*``) or the critic's (``critic.optim.*``).
+
+    Attributes:
+        lr: Peak learning rate.
+        weight_decay: AdamW's decoupled weight decay.
+        lr_warmup_steps_ratio: Share of the optimiser steps that warm the rate up linearly (the critic's: 0 only).
+        lr_scheduler_type: The rate's schedule after warm-up, a ``transformers`` scheduler name (``constant``,
+            ``cosine``, ``linear``, ...; the critic's: ``constant`` only).
+        grad_clip: Gradient-norm clip per optimiser step.
+    """
 
     lr: float = 1e-6
     weight_decay: float = 0.0

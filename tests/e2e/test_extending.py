@@ -6,37 +6,47 @@ gone again for the other tests.
 
 from __future__ import annotations
 
+import json
 import runpy
+import sys
 
 import gymnasium as gym
 import pytest
 
 from agentfly_envs import PARSERS, REWARDS, TASKS, TOOLS
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, readme_command, runs_readme_command
 
 EXAMPLES = REPO_ROOT / "examples" / "extending"
 
 
-@pytest.fixture
-def restored_registries():
-    """Loads an example by file name; every registry it adds to is restored afterwards."""
-    saved = [(registry, dict(registry._entries)) for registry in (TOOLS, REWARDS, PARSERS, TASKS)]
-    saved_envs = dict(gym.registry)
-    estimators = None
+def _registries() -> list:
+    """Every registry an example or a user's module may add to (the training side's where torch is installed)."""
+    registries = [TOOLS, REWARDS, PARSERS, TASKS]
     try:
         from agentfly_train.algorithms import ADVANTAGE_ESTIMATORS
-
-        estimators = dict(ADVANTAGE_ESTIMATORS)
+        from agentfly_train.generation import GENERATION_BACKENDS
+        from agentfly_train.launchers import LAUNCHERS
     except ImportError:  # the base install, without torch
-        pass
+        return registries
+    return [*registries, ADVANTAGE_ESTIMATORS, GENERATION_BACKENDS, LAUNCHERS]
+
+
+@pytest.fixture
+def restored_registries():
+    """Loads an example by file name; every registry it adds to is restored afterwards, and the user modules that
+    ``agent.imports`` imported are forgotten (so a later import registers again)."""
+    saved = [(registry, dict(registry._entries)) for registry in _registries()]
+    saved_envs = dict(gym.registry)
     yield lambda name: runpy.run_path(str(EXAMPLES / name))
     for registry, entries in saved:
         registry._entries = entries
     gym.registry.clear()
     gym.registry.update(saved_envs)
-    if estimators is not None:
-        ADVANTAGE_ESTIMATORS.clear()
-        ADVANTAGE_ESTIMATORS.update(estimators)
+    for name in [name for name in sys.modules if name.startswith("agentfly_user_")]:
+        del sys.modules[name]
+    from agentfly_envs import user_code
+
+    user_code._LOADED_REWARDS.clear()
 
 
 def test_a_new_env_plays_a_golden_episode(restored_registries):
@@ -135,3 +145,81 @@ def test_a_new_estimator_computes_its_advantages(restored_registries):
                 "actor_rollout_ref.model.path=agentfly:tiny",
             ]
         )
+
+
+TINY_RUN = [
+    "actor_rollout_ref.model.tiny_hidden_size=32",
+    "sft.steps=2",
+    "sft.num_demos=4",
+    "data.train_batch_size=4",
+    "agent.num_chains=2",
+    "agent.max_tokens_per_turn=16",
+    "actor_rollout_ref.rollout.response_length=64",
+    "data.val_size=2",
+    "trainer.total_training_steps=1",
+]
+"""One RL step of the tiny quickstart: 8 episodes per step, 2 validation tasks."""
+
+
+@runs_readme_command(
+    "python -m agentfly_train --config quickstart agent.imports=[examples/extending/chunked_backend.py] "
+    "actor_rollout_ref.rollout.name=hf_chunked"
+)
+def test_a_new_backend_samples_a_run_from_the_command_line(restored_registries, readme, tmp_path):
+    pytest.importorskip("trl", reason="training needs the train extra")
+    from agentfly_envs.user_code import import_user_module
+    from agentfly_train.__main__ import main
+
+    command = readme_command(readme, add=[*TINY_RUN, f"trainer.default_local_dir={tmp_path}", "--no-progress"])
+    assert main(command.cli_arguments) == 0
+    backend = import_user_module("examples/extending/chunked_backend.py").ChunkedHFBackend
+    assert backend.largest_call == 4  # the step's 8 episodes went to generate 4 at a time
+    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 1
+
+
+@runs_readme_command(
+    "python -m agentfly_train --config quickstart agent.imports=[examples/extending/subprocess_launcher.py] "
+    "trainer.launcher=subprocess"
+)
+def test_a_new_launcher_runs_the_job_from_the_command_line(restored_registries, readme, tmp_path):
+    pytest.importorskip("trl", reason="training needs the train extra")
+    from agentfly_train.__main__ import main
+
+    command = readme_command(readme, add=[*TINY_RUN, f"trainer.default_local_dir={tmp_path}", "--no-progress"])
+    assert main(command.cli_arguments) == 0
+    # the child process ran the job: it wrote the run's configuration with trainer.launcher=local
+    assert json.loads((tmp_path / "config.json").read_text())["trainer"]["launcher"] == "local"
+    assert (tmp_path / "launch.yaml").is_file() and (tmp_path / "final").is_dir()
+    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 1
+
+
+@runs_readme_command(
+    "python -m agentfly_train list keys",
+    "python -m agentfly_train list estimators",
+    "python -m agentfly_train list tools agent.imports=[examples/extending/new_tool.py]",
+    "python -m agentfly_train --dry-run --config quickstart "
+    "custom_reward_function.path=examples/extending/verl_reward.py custom_reward_function.name=compute_score",
+)
+def test_user_code_loads_from_the_command_line(restored_registries, readme, capsys):
+    pytest.importorskip("trl", reason="the command line needs the train extra")
+    from agentfly_envs import get_reward
+    from agentfly_train.__main__ import main
+    from agentfly_train.algorithms import ADVANTAGE_ESTIMATORS
+    from agentfly_train.config import config_keys
+
+    assert main(readme_command(readme).cli_arguments) == 0
+    out = capsys.readouterr().out
+    if "list keys" in readme:  # every key, its default, its help
+        lines = {line.split()[0]: line for line in out.splitlines()}
+        assert set(lines) == set(config_keys())
+        assert "'gae'" in lines["algorithm.adv_estimator"] and "reinforce_plus_plus" in lines["algorithm.adv_estimator"]
+    elif "list estimators" in readme:
+        assert {line.split()[0] for line in out.splitlines()} == set(ADVANTAGE_ESTIMATORS)
+    elif "list tools" in readme:
+        assert "convert_length" in out and "calculator" in out
+    else:
+        assert "reward compute_score" in out
+        reward = get_reward("compute_score")  # verl's signature, its dict's extras as components
+        assert reward("It is 12.", "12").score == 1.0
+        assert reward("It is 13.", "12").components == {"has_number": 1.0}
+        assert reward("No idea.", "12").score == 0.0

@@ -41,6 +41,14 @@ def tiny_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+def test_sample_files_are_named_as_the_docs_say(tiny_run):
+    # docs/report.md and docs/training.md name them val_samples/step_000010.jsonl: the step, six digits
+    assert sorted(path.name for path in (tiny_run / "val_samples").iterdir()) == [
+        "step_000000.jsonl",
+        "step_000001.jsonl",
+    ]
+
+
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 

@@ -255,3 +255,22 @@ def test_the_docs_example_runs_as_written(ray_cluster, monkeypatch):
     exec(compile(textwrap.dedent(block), "docs/ray.md", "exec"), namespace)
     assert len(namespace["envs"]) == 8 and namespace["info"]["task_index"] == 0
     assert ray_cluster.is_initialized()  # the pool joined the session's Ray and left it running
+
+
+def test_env_actors_load_the_users_code_before_they_build_envs(ray_cluster, tmp_path):
+    # a reward that exists only in the user's file: the actor must load it to build the env
+    from agentfly_envs.user_code import UserCode
+
+    path = tmp_path / "double_reward.py"
+    path.write_text("def doubled(response, ground_truth):\n    return 0.5 if ground_truth in response else 0.0\n")
+    code = UserCode(reward_file=str(path), reward_function="doubled")
+    pool = RayEnvPool("agentfly/Arith-Calc", {"reward": "doubled"}, num_workers=1, worker_cpus=0.5, user_code=code)
+    try:
+        here = gym.make("agentfly/Arith-Calc")
+        here.reset(options={"index": 0})
+        env = pool.take(1)[0]
+        env.reset(options={"index": 0})
+        *_, reward, terminated, _, _ = env.step(here.unwrapped.golden_actions()[-1])
+        assert (reward, terminated) == (0.5, True)
+    finally:
+        pool.close()

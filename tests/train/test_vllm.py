@@ -291,3 +291,26 @@ def test_a_kv_cache_too_small_is_a_one_line_config_error(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("config error:")]
     assert len(errors) == 1 and "the engine did not start" in errors[0] and "gpu_memory_utilization" in errors[0]
+
+
+def test_eval_samples_on_the_configured_backend(warm_policies, tmp_path):
+    """``eval`` with ``rollout.name=vllm`` runs its episodes on a vLLM engine given the model's weights: greedy, its
+    episodes are the HF backend's."""
+    import json
+    import sys
+
+    from agentfly_train.__main__ import main
+    from tests.train.conftest import run_cli
+
+    base = ["eval", "--config", "quickstart", f"actor_rollout_ref.model.path={warm_policies(60, TASKS)}",
+            "data.val_size=4", "agent.max_tokens_per_turn=16", "--samples", "0"]  # fmt: skip
+    assert main([*base, f"trainer.default_local_dir={tmp_path / 'hf'}"]) == 0
+    vllm = [*base, "actor_rollout_ref.rollout.name=vllm", *SMALL_VLLM_ENGINE, f"trainer.default_local_dir={tmp_path}"]
+    done = run_cli([sys.executable, "-m", "agentfly_train", *vllm], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "rollout_init_0" / "config.json").is_file()  # the engine's start-up directory
+
+    def episodes(run_dir):
+        return [json.loads(line)["messages"] for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+
+    assert episodes(tmp_path) == episodes(tmp_path / "hf") and len(episodes(tmp_path)) == 4
