@@ -12,8 +12,7 @@ import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.errors import AgentflyError
-from agentfly_envs.runtime import EnvPool, LocalEnvPool, RayEnvPool, RemoteEnvError
-from agentfly_envs.runtime.remote import MAX_CONCURRENT_STEPS
+from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnvError
 from agentfly_train.config import AGENT_TYPES, ConfigError, TrainConfig
 from agentfly_train.data import env_task_rows, file_task_rows, takes_data_files, trl_dataset
 from agentfly_train.generation import SamplingParams
@@ -194,25 +193,23 @@ def run_data(config: TrainConfig) -> RunData:
 
 
 def env_pool(config: TrainConfig, kwargs: dict[str, Any]) -> EnvPool:
-    """The envs of the rollouts, made with ``kwargs``: in this process, or on ``env_workers`` Ray actors
-    (``actor_rollout_ref.rollout.env_runtime=ray``).
+    """The envs of the rollouts, made with ``kwargs``, on the runtime ``actor_rollout_ref.rollout.env_runtime`` names
+    (``local``: in this process; ``ray``: on ``env_workers`` Ray actors).
 
     Raises:
-        ConfigError: the Ray cluster lacks, or cannot free within a while, the CPUs or resources the actors reserve.
+        ConfigError: the runtime cannot host them (e.g. the Ray cluster lacks, or cannot free within a while, the
+            CPUs or resources the actors reserve).
     """
     rollout = config.actor_rollout_ref.rollout
-    if rollout.env_runtime == "local":
-        return LocalEnvPool(config.env_id, kwargs, step_timeout=rollout.env_step_timeout)
+    settings = PoolSettings(
+        workers=rollout.env_workers,
+        worker_cpus=rollout.env_worker_cpus,
+        worker_resources=rollout.env_worker_resources,
+        step_timeout=rollout.env_step_timeout,
+        user_code=config.user_code,
+    )
     try:
-        return RayEnvPool(
-            config.env_id,
-            kwargs,
-            num_workers=rollout.env_workers,
-            worker_cpus=rollout.env_worker_cpus,
-            worker_resources=rollout.env_worker_resources,
-            step_timeout=rollout.env_step_timeout,
-            user_code=config.user_code,
-        )
+        return ENV_RUNTIMES.get(rollout.env_runtime).from_settings(config.env_id, kwargs, settings)
     except (ValueError, RemoteEnvError) as error:
         raise ConfigError(f"actor_rollout_ref.rollout.env_workers / env_worker_*: {error}") from None
 
@@ -221,10 +218,11 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any])
     """The rollout driver of the configured agent: an env pool made with ``kwargs`` (:func:`env_pool`), the
     budgets, training and validation sampling, and the env-stepping threads (with Ray envs, enough threads to wait on
     every env of every actor); the caller closes it (:meth:`~agentfly_train.rollout.AgentRollout.close`)."""
+    pool = env_pool(config, kwargs)
     rollout = config.actor_rollout_ref.rollout
-    threads = rollout.env_workers * (MAX_CONCURRENT_STEPS if rollout.env_runtime == "ray" else 1)
+    threads = rollout.env_workers * pool.steps_per_worker  # with Ray envs, a thread for each env an actor steps
     return AgentRollout(
-        pool=env_pool(config, kwargs),
+        pool=pool,
         codec=codec,
         budgets=RolloutBudgets(
             max_turns=config.agent.turns,

@@ -48,7 +48,6 @@ WHOLE_MAPPINGS = ("agent.env_kwargs", "data.val_env_kwargs")
 """Mappings that a config file, or an override of the whole key, replaces instead of merging into: the default's
 keys (``level``, ``task_seed``) belong to the default env. ``agent.env_kwargs.level=...`` still sets one key."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-ENV_RUNTIMES = ("local", "ray")
 
 
 class ConfigError(ValueError):
@@ -937,17 +936,18 @@ def validate(config: TrainConfig) -> None:
 
 def _validate_env_runtime(rollout: RolloutConfig) -> None:
     """``actor_rollout_ref.rollout.env_*``: where the envs run."""
-    from agentfly_envs.runtime import INSTALL_HINT, ray_available
+    from agentfly_envs.runtime import ENV_RUNTIMES
 
-    check_choice("actor_rollout_ref.rollout.env_runtime", rollout.env_runtime, ENV_RUNTIMES)
+    runtime = registered("actor_rollout_ref.rollout.env_runtime", ENV_RUNTIMES, rollout.env_runtime)
     check_positive("actor_rollout_ref.rollout.env_workers", rollout.env_workers)
     check_positive("actor_rollout_ref.rollout.env_step_timeout", rollout.env_step_timeout)
     resources = {f"env_worker_resources.{name}": amount for name, amount in rollout.env_worker_resources.items()}
     for key, value in {"env_worker_cpus": rollout.env_worker_cpus, **resources}.items():
         if value < 0:
             raise ConfigError(f"actor_rollout_ref.rollout.{key} must be >= 0, got {value}")
-    if rollout.env_runtime == "ray" and not ray_available():
-        raise ConfigError(f"actor_rollout_ref.rollout.env_runtime=ray {INSTALL_HINT}")
+    problem = runtime.unavailable()
+    if problem is not None:
+        raise ConfigError(f"actor_rollout_ref.rollout.env_runtime={rollout.env_runtime} {problem}")
 
 
 def _file_list(key: str, value: Any) -> list[str] | None:

@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from agentfly_train.algorithms import value_loss
 from agentfly_train.batch import row_slices, step_denominator
-from agentfly_train.config import TINY_MODEL
+from agentfly_train.config import TINY_MODEL, CriticConfig
 from agentfly_train.sharding import whole
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -63,26 +63,21 @@ def build_value_model(source: str | None, policy: Any, trust_remote_code: bool =
 
 @dataclass(frozen=True)
 class CriticSettings:
-    """How the critic is trained (``critic.*`` of the config; batch sizes per process, in episodes).
+    """How the critic is trained: the ``critic`` section as configured, and its batch layout on one process.
 
     Attributes:
-        lr: AdamW learning rate (constant).
-        weight_decay: AdamW weight decay.
-        grad_clip: Gradient-norm clip per optimiser step.
+        critic: ``critic.*``: its AdamW optimiser (constant rate, weight decay, gradient clip) and
+            ``cliprange_value`` (ε of the clipped value loss: how far V may move from the rollout's V_old).
         mini_batch: Episodes per optimiser step on one process.
         micro_batch: Episodes per forward/backward pass.
-        cliprange_value: ε of the clipped value loss: how far V may move from the rollout's V_old.
-        loss_agg_mode: Aggregation of the value loss (a key of ``algorithms.LOSS_AGG_MODES``).
-        epochs: Passes over each rollout batch.
+        loss_agg_mode: Aggregation of the value loss (a name in ``algorithms.LOSS_AGG_MODES``), the actor's.
+        epochs: Passes over each rollout batch (the actor's ``ppo_epochs``).
         completion_width: The completion token budget (``seq-mean-token-sum-norm``'s constant).
     """
 
-    lr: float
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    critic: CriticConfig
     mini_batch: int = 16
     micro_batch: int = 16
-    cliprange_value: float = 0.5
     loss_agg_mode: str = "token-mean"
     epochs: int = 1
     completion_width: int = 256
@@ -104,7 +99,9 @@ class Critic:
     def __init__(self, model: Any, settings: CriticSettings, accelerator: Any) -> None:
         self.settings = settings
         self.accelerator = accelerator
-        optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=settings.critic.optim.lr, weight_decay=settings.critic.optim.weight_decay
+        )
         self.model, prepared = accelerator.prepare(model, optimizer)
         self.optimizer = prepared.optimizer
 
@@ -168,7 +165,7 @@ class Critic:
                         returns[rows],
                         old_values[rows],
                         mask[rows],
-                        settings.cliprange_value,
+                        settings.critic.cliprange_value,
                         settings.loss_agg_mode,
                         denominator=denominator,
                     )
@@ -176,7 +173,7 @@ class Critic:
                     valid = mask[rows].float()
                     vpred_mean = (vpreds.detach() * valid).sum() / valid.sum().clamp(min=1)
                     totals[:3] += torch.stack([loss.detach(), clipfrac / len(micro), vpred_mean / len(micro)])
-                grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), settings.grad_clip)
+                grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), settings.critic.optim.grad_clip)
                 totals[3] += whole(grad_norm).float()  # a DTensor under FSDP2
                 self.optimizer.step()
                 steps += 1

@@ -129,12 +129,9 @@ def critic_settings(config: TrainConfig, world_size: int) -> CriticSettings:
     keys = ("critic.ppo_mini_batch_size", "critic.ppo_micro_batch_size_per_gpu")
     micro, count = _micro_batches(mini, critic.ppo_micro_batch_size_per_gpu, chains, world_size, keys)
     return CriticSettings(
-        lr=critic.optim.lr,
-        weight_decay=critic.optim.weight_decay,
-        grad_clip=critic.optim.grad_clip,
+        critic,
         mini_batch=micro * count,
         micro_batch=micro,
-        cliprange_value=critic.cliprange_value,
         loss_agg_mode=actor.loss_agg_mode,
         epochs=actor.ppo_epochs,
         completion_width=config.actor_rollout_ref.rollout.response_length,

@@ -8,10 +8,22 @@
     ...
     pool.close()
 
-Neither module imports Ray until a :class:`RayEnvPool` is built.
+Neither module imports Ray until a :class:`RayEnvPool` is built. A run picks its runtime by name from
+:data:`ENV_RUNTIMES` (``actor_rollout_ref.rollout.env_runtime``) and builds it from :class:`PoolSettings`.
 """
 
-from agentfly_envs.runtime.local import EnvPool, LocalEnvPool
+from agentfly_envs.runtime.base import ENV_RUNTIMES, EnvPool, PoolSettings
+from agentfly_envs.runtime.local import LocalEnvPool
 from agentfly_envs.runtime.remote import INSTALL_HINT, RayEnvPool, RemoteEnv, RemoteEnvError, ray_available
 
-__all__ = ["INSTALL_HINT", "EnvPool", "LocalEnvPool", "RayEnvPool", "RemoteEnv", "RemoteEnvError", "ray_available"]
+__all__ = [
+    "ENV_RUNTIMES",
+    "INSTALL_HINT",
+    "EnvPool",
+    "LocalEnvPool",
+    "PoolSettings",
+    "RayEnvPool",
+    "RemoteEnv",
+    "RemoteEnvError",
+    "ray_available",
+]

@@ -5,33 +5,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, wait
-from typing import Any, Protocol, SupportsFloat, TypeVar
+from typing import Any, ClassVar, SupportsFloat, TypeVar
 
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
+from agentfly_envs.runtime.base import ENV_RUNTIMES, PoolSettings
 from agentfly_envs.runtime.failures import FailureCounts, WorkerLost, lost_episode
 from agentfly_envs.runtime.remote import RemoteEnvError
 
 T = TypeVar("T")
 
 
-class EnvPool(Protocol):
-    """Hands out env instances of one id; what the rollout engine steps."""
-
-    def take(self, count: int) -> list[gym.Env]:
-        """``count`` envs, the same instances on every call (grown as needed)."""
-        ...
-
-    def pop_failures(self) -> dict[str, int]:
-        """Env calls lost since the last call (timeouts, dead hosts), by kind (``FAILURE_KINDS``)."""
-        ...
-
-    def close(self) -> None:
-        """Closes every env and frees what hosts them."""
-        ...
-
-
+@ENV_RUNTIMES.register("local")
 class LocalEnvPool:
     """Reusable env instances of one id in this process, created on demand.
 
@@ -56,6 +42,20 @@ class LocalEnvPool:
         True
         >>> pool.close()
     """
+
+    steps_per_worker: ClassVar[int] = 1
+    """Envs one stepping thread steps at once."""
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why the runtime cannot run here: never."""
+        return None
+
+    @classmethod
+    def from_settings(cls, env_id: str, env_kwargs: Mapping[str, Any], settings: PoolSettings) -> LocalEnvPool:
+        """The pool of a run (:class:`~agentfly_envs.runtime.base.PoolSettings`; the user's code is loaded in this
+        process already)."""
+        return cls(env_id, env_kwargs, step_timeout=settings.step_timeout)
 
     def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], step_timeout: float = 300.0) -> None:
         if step_timeout <= 0:

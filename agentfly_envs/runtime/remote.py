@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any, SupportsFloat
+from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
+from agentfly_envs.runtime.base import ENV_RUNTIMES, PoolSettings
 from agentfly_envs.runtime.failures import FailureCounts, WorkerLost, lost_episode
 from agentfly_envs.user_code import UserCode
 
@@ -187,6 +188,7 @@ class RemoteEnv(gym.Env):
             return None
 
 
+@ENV_RUNTIMES.register("ray")
 class RayEnvPool:
     """Env instances of one id on Ray actors, handed out as :class:`RemoteEnv` proxies.
 
@@ -211,6 +213,27 @@ class RayEnvPool:
         ValueError: a bad size, or more CPUs or resources than the cluster has.
         RemoteEnvError: the actors did not start within :data:`START_TIMEOUT_S` (the cluster's resources are taken).
     """
+
+    steps_per_worker: ClassVar[int] = MAX_CONCURRENT_STEPS
+    """Envs one actor steps at once."""
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why the runtime cannot run here: Ray is not installed (the install command), or ``None``."""
+        return None if ray_available() else INSTALL_HINT
+
+    @classmethod
+    def from_settings(cls, env_id: str, env_kwargs: Mapping[str, Any], settings: PoolSettings) -> RayEnvPool:
+        """The pool of a run: ``settings.workers`` actors (:class:`~agentfly_envs.runtime.base.PoolSettings`)."""
+        return cls(
+            env_id,
+            env_kwargs,
+            num_workers=settings.workers,
+            worker_cpus=settings.worker_cpus,
+            worker_resources=settings.worker_resources,
+            step_timeout=settings.step_timeout,
+            user_code=settings.user_code,
+        )
 
     def __init__(
         self,

@@ -161,20 +161,26 @@ TINY_RUN = [
 """One RL step of the tiny quickstart: 8 episodes per step, 2 validation tasks."""
 
 
+def run_tiny(readme: str, run_dir) -> dict:
+    """Runs the documented training command on :data:`TINY_RUN` in this process; returns the run's result.json."""
+    pytest.importorskip("trl", reason="training needs the train extra")
+    from agentfly_train.__main__ import main
+
+    command = readme_command(readme, add=[*TINY_RUN, f"trainer.default_local_dir={run_dir}", "--no-progress"])
+    assert main(command.cli_arguments) == 0
+    return json.loads((run_dir / "result.json").read_text())
+
+
 @runs_readme_command(
     "python -m agentfly_train --config quickstart agent.imports=[examples/extending/chunked_backend.py] "
     "actor_rollout_ref.rollout.name=hf_chunked"
 )
 def test_a_new_backend_samples_a_run_from_the_command_line(restored_registries, readme, tmp_path):
-    pytest.importorskip("trl", reason="training needs the train extra")
     from agentfly_envs.user_code import import_user_module
-    from agentfly_train.__main__ import main
 
-    command = readme_command(readme, add=[*TINY_RUN, f"trainer.default_local_dir={tmp_path}", "--no-progress"])
-    assert main(command.cli_arguments) == 0
+    assert run_tiny(readme, tmp_path)["steps"] == 1
     backend = import_user_module("examples/extending/chunked_backend.py").ChunkedHFBackend
     assert backend.largest_call == 4  # the step's 8 episodes went to generate 4 at a time
-    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 1
 
 
 @runs_readme_command(
@@ -182,15 +188,10 @@ def test_a_new_backend_samples_a_run_from_the_command_line(restored_registries, 
     "trainer.launcher=subprocess"
 )
 def test_a_new_launcher_runs_the_job_from_the_command_line(restored_registries, readme, tmp_path):
-    pytest.importorskip("trl", reason="training needs the train extra")
-    from agentfly_train.__main__ import main
-
-    command = readme_command(readme, add=[*TINY_RUN, f"trainer.default_local_dir={tmp_path}", "--no-progress"])
-    assert main(command.cli_arguments) == 0
+    assert run_tiny(readme, tmp_path)["steps"] == 1
     # the child process ran the job: it wrote the run's configuration with trainer.launcher=local
     assert json.loads((tmp_path / "config.json").read_text())["trainer"]["launcher"] == "local"
     assert (tmp_path / "launch.yaml").is_file() and (tmp_path / "final").is_dir()
-    assert json.loads((tmp_path / "result.json").read_text())["steps"] == 1
 
 
 @runs_readme_command(

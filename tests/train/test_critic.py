@@ -6,7 +6,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from agentfly_train.config import TINY_MODEL
+from agentfly_train.config import TINY_MODEL, CriticConfig, OptimConfig
 from agentfly_train.critic import Critic, CriticSettings, build_value_model
 from agentfly_train.tiny_model import build_model
 
@@ -36,7 +36,11 @@ def test_value_model_from_the_policy_copies_its_backbone_and_adds_a_scalar_head(
 
 
 def test_values_are_read_at_the_position_that_samples_each_completion_token(policy):
-    critic = Critic(build_value_model(None, policy), CriticSettings(lr=1e-3, micro_batch=3), Accelerator(cpu=True))
+    critic = Critic(
+        build_value_model(None, policy),
+        CriticSettings(CriticConfig(optim=OptimConfig(lr=1e-3)), micro_batch=3),
+        Accelerator(cpu=True),
+    )
     input_ids, attention_mask, _ = _batch()
     values = critic.values(input_ids, attention_mask, completion_length=6)
     logits = critic.model(input_ids=input_ids, attention_mask=attention_mask).logits[..., 0]  # (B, 11)
@@ -45,7 +49,9 @@ def test_values_are_read_at_the_position_that_samples_each_completion_token(poli
 
 
 def test_update_fits_the_returns_and_reports_its_metrics(policy):
-    settings = CriticSettings(lr=3e-3, mini_batch=2, micro_batch=1, cliprange_value=10.0, epochs=4)
+    settings = CriticSettings(
+        CriticConfig(optim=OptimConfig(lr=3e-3), cliprange_value=10.0), mini_batch=2, micro_batch=1, epochs=4
+    )
     critic = Critic(build_value_model(None, policy), settings, Accelerator(cpu=True))
     input_ids, attention_mask, mask = _batch()
     returns = torch.linspace(-1, 1, 24).view(4, 6)
@@ -62,7 +68,7 @@ def test_update_fits_the_returns_and_reports_its_metrics(policy):
 
 
 def test_masked_tokens_do_not_move_the_critic(policy):
-    settings = CriticSettings(lr=1e-2, mini_batch=4, micro_batch=4)
+    settings = CriticSettings(CriticConfig(optim=OptimConfig(lr=1e-2)), mini_batch=4, micro_batch=4)
     input_ids, attention_mask, mask = _batch()
     results = []
     for garbage in (0.0, 1e3):
@@ -76,7 +82,7 @@ def test_masked_tokens_do_not_move_the_critic(policy):
 
 
 def test_checkpoint_round_trip(policy, tmp_path):
-    settings = CriticSettings(lr=1e-2, mini_batch=4, micro_batch=2)
+    settings = CriticSettings(CriticConfig(optim=OptimConfig(lr=1e-2)), mini_batch=4, micro_batch=2)
     input_ids, attention_mask, mask = _batch()
     trained = Critic(build_value_model(None, policy), settings, Accelerator(cpu=True))
     trained.update(input_ids, attention_mask, mask, torch.ones(4, 6), trained.values(input_ids, attention_mask, 6))

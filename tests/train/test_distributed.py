@@ -58,9 +58,14 @@ def _critic_checkpoint_resumes_on_one_process(directory, steps: int) -> None:
     from accelerate import Accelerator
     from transformers import AutoModelForTokenClassification
 
+    from agentfly_train.config import CriticConfig, OptimConfig
     from agentfly_train.critic import Critic, CriticSettings
 
-    critic = Critic(AutoModelForTokenClassification.from_pretrained(directory), CriticSettings(lr=1.0), Accelerator())
+    critic = Critic(
+        AutoModelForTokenClassification.from_pretrained(directory),
+        CriticSettings(CriticConfig(optim=OptimConfig(lr=1.0))),
+        Accelerator(),
+    )
     critic.load(str(directory))
     saved = torch.load(directory / "optimizer.pt", weights_only=True)
     names = [name for name, _ in critic.model.named_parameters()]

@@ -100,7 +100,9 @@ def test_a_killed_env_actor_mid_rollout_truncates_its_episodes_and_the_next_roll
 def test_env_runtime_keys_are_checked_in_one_line(ray_cluster):
     from agentfly_train.build import env_pool
 
-    with pytest.raises(ConfigError, match=r"rollout.env_runtime='remote' is not one of \['local', 'ray'\]"):
+    with pytest.raises(
+        ConfigError, match=r"rollout.env_runtime: env runtime 'remote' is not registered\. Known: local, ray"
+    ):
         quickstart_config(["actor_rollout_ref.rollout.env_runtime=remote"])
     with pytest.raises(ConfigError, match=r"rollout.env_step_timeout must be > 0, got 0"):
         quickstart_config(["actor_rollout_ref.rollout.env_step_timeout=0"])
