@@ -1,6 +1,6 @@
 """``AgentGRPOTrainer`` on real multi-turn batches of the warm-started tiny policy: advantages, losses, masks.
 
-Each test builds the trainer a run would build (``train.make_trainer``) and lets TRL generate and score one
+Each test builds the trainer a run would build (``build.make_trainer``) and lets TRL generate and score one
 rollout batch (``_prepare_inputs``); nothing of TRL, transformers or the tokenizer is replaced.
 """
 

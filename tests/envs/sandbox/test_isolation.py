@@ -137,14 +137,16 @@ def test_writes_outside_the_work_dir_fail(pool):
         code = "".join(f"\ntry:\n    open({str(t)!r}, 'w')\nexcept OSError as e:\n    print(e)" for t in targets)
         code += "\ntry:\n    open(sys.prefix + '/evil', 'w')\nexcept OSError as e:\n    print(e)"
         output = pool.run("import os, sys; open('inside.txt', 'w').write('ok'); print(os.listdir('.'))" + code).output
-        # The host's open dir does not exist in the session's root, the project and the interpreter are
-        # read-only, and /tmp is the session's own. A project under the host's /tmp (with the interpreter's
-        # virtual environment inside it) shows in the session's /tmp only as the root-owned directories that lead
-        # to the interpreter: writing there is refused, not read-only.
+        # The host's open dir does not exist in the session's root, the interpreter is read-only, and /tmp is the
+        # session's own. The project shows only where the interpreter's virtual environment is inside it, as the
+        # read-only (or, under the host's /tmp, root-owned) directories that lead to the interpreter; a checkout
+        # elsewhere is not there at all.
         lines = output.splitlines()
         assert lines[0] == "['inside.txt']" and "No such file or directory" in lines[1], output
+        inside = Path(sys.prefix).resolve().is_relative_to(REPO_ROOT.resolve())
         project_refusal = "Permission denied" if runtime_dirs_in_tmp() else "Read-only file system"
-        assert project_refusal in lines[2] and "Read-only file system" in lines[3] and len(lines) == 4, output
+        assert (project_refusal if inside else "No such file or directory") in lines[2], output
+        assert "Read-only file system" in lines[3] and len(lines) == 4, output
         assert not any(target.exists() for target in targets)
 
 
