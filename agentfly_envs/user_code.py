@@ -3,15 +3,12 @@ that register tools, rewards, parsers and envs when imported, and a reward funct
 ``custom_reward_function.path`` / ``.name``).
 
 Example:
-    >>> import pathlib, tempfile
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "my_reward.py"
-    >>> _ = path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\\n"
-    ...                     "    return float(solution_str.strip() == ground_truth)\\n")
-    >>> code = UserCode(reward_file=str(path), reward_function="compute_score")
-    >>> code.load()
-    >>> from agentfly_envs.rewards import get_reward
-    >>> get_reward("compute_score")("42", "42")
-    RewardResult(score=1.0, components={})
+    >>> def compute_score(data_source, solution_str, ground_truth, extra_info=None):  # verl's signature
+    ...     return {"score": float(solution_str.strip() == ground_truth), "length": len(solution_str)}
+    >>> reward_from_function(compute_score)("42", "42")
+    RewardResult(score=1.0, components={'length': 2.0})
+
+    ``UserCode(reward_file="my_reward.py").load()`` registers such a function from a file, as ``compute_score``.
 """
 
 from __future__ import annotations
@@ -120,8 +117,24 @@ class UserCode:
             UserCodeError: a module or file cannot be imported, or the file has no such function, or another
                 reward already has its name.
         """
+        self.load_imports()
+        self.load_reward()
+
+    def load_imports(self) -> None:
+        """Imports :attr:`imports` (each once per process).
+
+        Raises:
+            UserCodeError: a module or file cannot be imported.
+        """
         for spec in self.imports:
             import_user_module(spec)
+
+    def load_reward(self) -> None:
+        """Registers the reward of :attr:`reward_file` (once per process; nothing without a file).
+
+        Raises:
+            UserCodeError: the file cannot be imported, has no such function, or another reward has its name.
+        """
         if self.reward_file is None:
             return
         source = (str(Path(self.reward_file).expanduser().resolve()), self.reward_function)

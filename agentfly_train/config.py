@@ -735,13 +735,9 @@ def load_user_code(config: TrainConfig) -> None:
         ConfigError: a module or file cannot be imported, or lacks the function (one line naming the key).
     """
     code = config.user_code
-    parts = {
-        "agent.imports": UserCode(imports=code.imports),
-        "custom_reward_function": UserCode(reward_file=code.reward_file, reward_function=code.reward_function),
-    }
-    for key, part in parts.items():
+    for key, load in (("agent.imports", code.load_imports), ("custom_reward_function", code.load_reward)):
         try:
-            part.load()
+            load()
         except UserCodeError as error:
             raise ConfigError(f"{key}: {error}") from None
 

@@ -69,13 +69,7 @@ class VLLMServerBackend(GenerationBackend):
     @classmethod
     def preflight(cls, config: TrainConfig) -> None:
         """That the server answers at ``rollout.server_host:server_port`` with its development endpoints."""
-        from agentfly_train.config import ConfigError
-
-        rollout = config.actor_rollout_ref.rollout
-        try:
-            cls.connect(rollout.server_host, rollout.server_port, [], ".", timeout=10).close()
-        except RolloutServerError as error:
-            raise ConfigError(f"actor_rollout_ref.rollout.mode=server: {error}") from None
+        cls._configured(config, [], ".", timeout=10).close()
 
     @classmethod
     def build(cls, config: TrainConfig, policy: Policy) -> VLLMServerBackend:
@@ -84,14 +78,19 @@ class VLLMServerBackend(GenerationBackend):
         Raises:
             ConfigError: no usable server answers.
         """
+        weights = Path(config.trainer.default_local_dir) / "server_weights"
+        return cls._configured(config, policy.eos_token_ids, weights, config.actor_rollout_ref.rollout.server_timeout)
+
+    @classmethod
+    def _configured(
+        cls, config: TrainConfig, eos_token_ids: Sequence[int], weights_dir: str | Path, timeout: float
+    ) -> VLLMServerBackend:
+        """:meth:`connect` to the configured server; ``ConfigError`` naming ``rollout.mode=server`` if it fails."""
         from agentfly_train.config import ConfigError
 
         rollout = config.actor_rollout_ref.rollout
-        weights = Path(config.trainer.default_local_dir) / "server_weights"
         try:
-            return cls.connect(
-                rollout.server_host, rollout.server_port, policy.eos_token_ids, weights, rollout.server_timeout
-            )
+            return cls.connect(rollout.server_host, rollout.server_port, eos_token_ids, weights_dir, timeout)
         except RolloutServerError as error:
             raise ConfigError(f"actor_rollout_ref.rollout.mode=server: {error}") from None
 
