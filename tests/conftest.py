@@ -24,6 +24,40 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# --- the suite runs in parallel (pytest-xdist, `-n auto` in pyproject.toml) --------------------------------------
+
+MAX_WORKERS = 4
+"""The most worker processes ``-n auto`` starts: one per core up to this (each worker holds a tiny model, and the
+vLLM and Ray tests start engines and clusters of their own)."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most :data:`MAX_WORKERS`."""
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
+def _share_the_cores() -> None:
+    """In a worker, gives torch (and the subprocesses the tests start, through ``OMP_NUM_THREADS``) its share of the
+    cores, so that the workers do not oversubscribe them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+_share_the_cores()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Runs the modules that hold ``slow`` tests first (in their order, each module kept together), so that the
+    workers share the long tests instead of one of them finishing the suite alone."""
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_modules)
+
+
 GSM8K_SAMPLE = REPO_ROOT / "data" / "gsm8k_sample.jsonl"
 MBPP_SAMPLE = REPO_ROOT / "data" / "mbpp_sample.jsonl"
 HUMANEVAL_SAMPLE = REPO_ROOT / "data" / "humaneval_sample.jsonl"

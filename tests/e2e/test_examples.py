@@ -265,6 +265,7 @@ def test_sandbox_latency_benchmark(readme, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_env_runtime_benchmark(tmp_path):
     pytest.importorskip("ray")
     result_file = tmp_path / "runtime.json"

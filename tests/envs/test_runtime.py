@@ -22,6 +22,9 @@ from agentfly_envs.tools import TOOLS
 from tests.conftest import OFFLINE_KWARGS, REPO_ROOT, kill_actor, lines_printed_without
 from tests.envs.tools.test_base import NAP
 
+pytestmark = pytest.mark.xdist_group("ray")
+"""On one worker with the other Ray tests (one local cluster at a time)."""
+
 ENV_ID = "agentfly/Math-Python"
 KWARGS = {**OFFLINE_KWARGS[ENV_ID], "max_turns": 4}
 

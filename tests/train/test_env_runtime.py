@@ -21,6 +21,9 @@ from tests.conftest import OFFLINE_KWARGS, kill_actor, lines_printed_without, re
 from tests.train.conftest import LEARNING_TASKS, quickstart_config
 from tests.train.test_rollout import ScriptedPolicy, golden_scripts
 
+pytestmark = pytest.mark.xdist_group("ray")
+"""On one worker with the other Ray tests (one local cluster at a time)."""
+
 ENV_ID = "agentfly/Math-Python"
 KWARGS = {**OFFLINE_KWARGS[ENV_ID], "max_turns": 4}
 BUDGETS = RolloutBudgets(max_turns=4, max_tokens_per_turn=48, response_length=512)

@@ -23,7 +23,8 @@ from tests.conftest import SMALL_VLLM_ENGINE, skip_without_vllm
 from tests.train.conftest import accelerate_launch, free_port, run_cli
 
 pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (the ray extra)")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
+"""Slow, and on one worker with the other Ray tests (one local cluster at a time)."""
 
 RUN = [
     "--no-progress",
