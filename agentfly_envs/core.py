@@ -73,7 +73,8 @@ class _Episode:
 
 
 Observation = str | dict[str, Any]
-"""What ``reset``/``step`` return: the text, or with ``obs="screenshot"`` ``{"text": str, "image": (H, W, 3) uint8}``."""
+"""What ``reset``/``step`` return: the text, or with ``obs="screenshot"`` ``{"text": str, "image": (H, W, 3)
+uint8}``."""
 
 
 class ToolEnv(gym.Env[Observation, Action]):
@@ -205,7 +206,7 @@ class ToolEnv(gym.Env[Observation, Action]):
             if tool is world:
                 continue
             if world is None:
-                raise ValueError(f"tools {names}: {tool.name} acts on a world, and no tool runs one (add act)")
+                raise ValueError(f"tools {names}: {tool.name} needs {tool.needs}")
             tool.attach(world)
         if world is None and self.obs != "text":
             raise ValueError(f"obs={self.obs!r} needs a world with a screen (the web tools); tools {names} have none")

@@ -1,6 +1,7 @@
 """Task sources: where an env's tasks come from (``gsm8k`` and ``hotpotqa`` from the Hub or files,
 ``code_tests`` (MBPP, HumanEval-style) likewise, ``files`` any question/answer or code rows, ``arithmetic``
-generated, ``textworld_express``, ``scienceworld`` and ``textarena`` the games of interactive worlds, ``miniwob`` web pages)."""
+generated, ``textworld_express``, ``scienceworld`` and ``textarena`` the games of interactive worlds, ``miniwob``
+web pages)."""
 
 from agentfly_envs.tasks.arithmetic import ArithmeticTasks, generate_problem
 from agentfly_envs.tasks.base import TASKS, GoldenSolution, Row, TaskSource, get_task_source

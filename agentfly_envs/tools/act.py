@@ -183,6 +183,7 @@ class ValidActionsTool(WorldTool):
     """The ``valid_actions`` tool of one env: lists the commands its ``act`` tool's world accepts now."""
 
     hosts_world = False
+    needs = "the act tool: valid_actions lists the commands of the act tool's world"
 
     def __init__(self) -> None:
         super().__init__(self.valid_actions, name="valid_actions")

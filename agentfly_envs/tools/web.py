@@ -80,6 +80,7 @@ class BrowserTool(WorldTool):
         super().__init__(self._functions["text"], name=kind)
         self.session = _Session()
         self._hosts = True  # until attached to another web tool
+
     def for_env(self) -> BrowserTool:
         """A copy for one env, with its own browser (started on the first episode) until attached to another."""
         return BrowserTool(self.kind)
@@ -121,7 +122,9 @@ class BrowserTool(WorldTool):
             WorldUnavailableError: the browser cannot run here (the web extra or Chromium missing).
         """
         if row.get("world") != "miniwob":
-            raise TaskFormatError(f"the web tools play MiniWoB rows (row['world'] == 'miniwob'), got {dict(row)!r:.200}")
+            raise TaskFormatError(
+                f"the web tools play MiniWoB rows (row['world'] == 'miniwob'), got {dict(row)!r:.200}"
+            )
         if self._hosts:
             self.session.row = dict(row)
             self.session.start()
@@ -349,8 +352,9 @@ class BrowserTool(WorldTool):
                 return x, y
             direction = "down" if y + GOLDEN_MARGIN >= SCREEN_HEIGHT else "up"
             at = (SCREEN_WIDTH // 2, SCREEN_HEIGHT // 2)
-            yield ToolCall("scroll", {"direction": direction, "x": at[0], "y": at[1]}), BrowserAction(
-                "scroll", point=at, text=direction
+            yield (
+                ToolCall("scroll", {"direction": direction, "x": at[0], "y": at[1]}),
+                BrowserAction("scroll", point=at, text=direction),
             )
             x, y = self._browser().page.element(ref).center
         raise AgentflyError(f"element [{ref}] stayed off the screen after {MAX_GOLDEN_SCROLLS} scrolls")

@@ -31,6 +31,8 @@ class WorldTool(Tool):
 
     hosts_world: ClassVar[bool] = True
     """Whether the tool runs a world itself (else it acts on the world of the tool it is attached to)."""
+    needs: ClassVar[str] = "a tool that runs a world"
+    """What a tool that does not run a world needs beside it, for the error of an env without it."""
 
     @property
     def screen_shape(self) -> tuple[int, int, int] | None:

@@ -21,12 +21,13 @@ email-inbox) is meant for fast scripted agents; ``time_limit_s`` sets another pe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
 import shutil
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -572,10 +573,8 @@ class MiniWoBBrowser:
 
 
 def _quit(env: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # a browser that already died has nothing left to quit
         env.close()
-    except Exception:  # a browser that already died has nothing left to quit
-        pass
 
 
 __all__ = [

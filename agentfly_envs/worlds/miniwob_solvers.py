@@ -68,7 +68,9 @@ def click_checkboxes(view: PageView) -> Iterator[BrowserAction]:
         if not key.startswith("target"):
             continue
         text = next(e for e in page.elements if e.tag == "t" and e.text == label)
-        yield _click(_find(page, f"checkbox {label!r}", lambda e, t=text: e.parent == t.parent and e.tag.endswith("box")))
+        yield _click(
+            _find(page, f"checkbox {label!r}", lambda e, t=text: e.parent == t.parent and e.tag.endswith("box"))
+        )
     yield _click(_button(page, "Submit"))
 
 

@@ -7,6 +7,8 @@ every offered task (a row names its task; the browser loads its page).
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentfly_envs
 from agentfly_envs.worlds.miniwob import TASKS, page_listing
-from tests.conftest import needs_miniwob, world_error_in_fresh_process
+from tests.conftest import REPO_ROOT, needs_miniwob, world_error_in_fresh_process
 from tests.envs.hostile import HOSTILE_ACTIONS
 from tests.envs.test_all_envs import MINIWOB_IDS
 
@@ -52,8 +54,12 @@ def browser_processes(env: gym.Env) -> set[int]:
 
 @pytest.fixture(scope="module")
 def envs():
-    """One env per observation mode (two browsers for the module); closed at the end, with no process left."""
-    made = {mode: gym.make("agentfly/MiniWoB-ClickButton", obs=mode) for mode in MODES}
+    """One env per observation mode (two browsers for the module), the screenshot one reading GUI agents' actions
+    (agent_type=gui); closed at the end, with no process left."""
+    made = {
+        "text": gym.make("agentfly/MiniWoB-ClickButton"),
+        "screenshot": gym.make("agentfly/MiniWoB-ClickButton", obs="screenshot", parser="gui"),  # a VLM agent's
+    }
     for env in made.values():
         env.reset(seed=0)
     processes = set().union(*(browser_processes(env) for env in made.values()))
@@ -119,9 +125,8 @@ def test_screenshot_mode_shows_the_screen_in_the_observation_and_the_messages(en
         ["key"],
         ["direction", "x", "y"],
     ]
-    observation, reward, terminated, _, info = env.step(
-        '<tool_call>{"name": "click", "arguments": {"x": 150, "y": 200}}</tool_call>'
-    )
+    click = {"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [150, 200]}}
+    observation, _, terminated, _, info = env.step(f"<tool_call>{json.dumps(click)}</tool_call>")
     assert observation["text"].startswith("Clicked at (150, 200).") and not terminated
     assert info["messages"][-1]["content"][0]["type"] == "image"
 
@@ -142,7 +147,7 @@ def test_screenshot_mode_shows_the_screen_in_the_observation_and_the_messages(en
 def test_impossible_text_actions_are_error_observations(envs, call, error):
     env = envs["text"]
     env.reset(options={"task": row("click-button")})
-    observation, reward, terminated, truncated, info = env.step(f"<tool_call>{call}</tool_call>")
+    observation, reward, terminated, *_ = env.step(f"<tool_call>{call}</tool_call>")
     assert observation.startswith(error) and not terminated and reward == 0.0
     assert "\n\nPage:\n[" in observation  # the page still shows after a mistake
 
@@ -150,7 +155,7 @@ def test_impossible_text_actions_are_error_observations(envs, call, error):
 def test_impossible_screen_actions_and_actions_after_the_end_are_error_observations(envs):
     env = envs["screenshot"]
     env.reset(options={"task": row("click-button")})
-    observation, *_ = env.step('<tool_call>{"name": "click", "arguments": {"x": 500, "y": -3}}</tool_call>')
+    observation, *_ = env.step("Thought: there.\nAction: click(start_box='(500,-3)')")
     assert observation["text"].startswith("Error: (500, -3) is off the screen")
     parser = env.unwrapped.parser
     winning_call = parser.parse(env.unwrapped.golden_actions()[-1]).calls[0]
@@ -159,9 +164,10 @@ def test_impossible_screen_actions_and_actions_after_the_end_are_error_observati
     assert "Error: the task has already ended" in observation["text"] and info["error_counts"]["tool_error"] == 2
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("action", HOSTILE_ACTIONS, ids=range(len(HOSTILE_ACTIONS)))
-def test_hostile_actions_never_crash(envs, action):
-    env = envs["text"]
+def test_hostile_actions_never_crash(envs, action, mode):
+    env = envs[mode]
     env.reset(options={"task": row("email-inbox")})
     observation, reward, terminated, truncated, info = env.step(action)
     assert env.observation_space.contains(observation) and 0.0 <= reward <= 1.0 and not truncated
@@ -222,3 +228,12 @@ def test_bad_configurations_raise_early():
         gym.make("agentfly/MiniWoB-ClickButton", game="click-everything")
     with pytest.raises(ValueError, match="play different worlds"):
         gym.make("agentfly/MiniWoB-ClickButton", tools=("act", "click"))
+
+
+def test_docs_web_example_runs_as_written():
+    text = (REPO_ROOT / "docs" / "envs.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.DOTALL) if "agentfly/MiniWoB-EnterText" in b)
+    namespace: dict = {}
+    exec(compile(block, "<docs/envs.md: web pages>", "exec"), namespace)
+    assert (namespace["reward"], namespace["terminated"]) == (1.0, True)
+    assert namespace["observation"]["text"].startswith("Clicked at (20, 136).")
