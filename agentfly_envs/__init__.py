@@ -22,6 +22,7 @@ from agentfly_envs.errors import (
     UnknownNameError,
     WorldUnavailableError,
 )
+from agentfly_envs.gui_parser import GuiParser  # registers the gui parser
 from agentfly_envs.parsers import PARSERS, Parser, ParseResult, ToolCall, get_parser
 from agentfly_envs.registration import ENVIRONMENTS, register_envs
 from agentfly_envs.rewards import REWARDS, RewardResult, get_reward
@@ -45,6 +46,7 @@ __all__ = [
     "DuplicateRegistrationError",
     "EpisodeFinishedError",
     "GoldenSolution",
+    "GuiParser",
     "ParseResult",
     "Parser",
     "RewardResult",

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, TaskFormatError
@@ -26,7 +27,7 @@ from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, checked_score, 
 from agentfly_envs.spaces import TextSpace
 from agentfly_envs.tasks import GoldenSolution, Row, TaskSource, get_task_source
 from agentfly_envs.tools import CallStatus, Tool, get_tool
-from agentfly_envs.tools.act import ActTool, ValidActionsTool
+from agentfly_envs.tools.world import OBSERVATION_MODES, WorldTool, image_part, message_text
 
 ERROR_KINDS = (
     "parse_error",
@@ -71,7 +72,12 @@ class _Episode:
     error_counts: Counter = field(default_factory=Counter)
 
 
-class ToolEnv(gym.Env[str, Action]):
+Observation = str | dict[str, Any]
+"""What ``reset``/``step`` return: the text, or with ``obs="screenshot"`` ``{"text": str, "image": (H, W, 3)
+uint8}``."""
+
+
+class ToolEnv(gym.Env[Observation, Action]):
     """A multi-turn tool-use environment over a task source.
 
     Each episode poses one task. ``step(action)`` takes the assistant's turn (raw text, or an
@@ -81,9 +87,13 @@ class ToolEnv(gym.Env[str, Action]):
     ``ends_episode`` (``answer``) is scored on that call's argument. When ``max_turns`` assistant
     turns have passed without an answer the episode is truncated with ``truncation_reward``.
 
-    With the ``act`` tool the env is an interactive world: the user turn holds the game's goal and first
-    observation, the episode also terminates when the world says the task is solved or failed, and the
-    reward scores the world's final state (``act``'s ``report()``) instead of a reference answer.
+    With a world tool (``act``; the web tools ``click``, ``type``, ``press``, ``scroll``; see
+    :mod:`agentfly_envs.tools.world`) the env is an interactive world: the user turn holds the game's goal and first
+    observation, each turn's observation ends with the world's view, the episode also terminates when the world
+    says the task is solved or failed, and the reward scores the world's final state (its ``report()``) instead of
+    a reference answer. A world with a screen can be seen as images: with ``obs="screenshot"`` every observation is
+    ``{"text": str, "image": (H, W, 3) uint8 array}`` (a ``Dict`` space), and the user and tool messages of ``info``
+    carry the screen as a ``{"type": "image", "image": PIL.Image.Image}`` content part before their text.
 
     Agent mistakes never raise: malformed calls, unknown tools, bad arguments, tool failures,
     oversized turns each become an ``Error: ...`` observation and a count in ``info["error_counts"]``.
@@ -101,6 +111,7 @@ class ToolEnv(gym.Env[str, Action]):
         max_calls_per_turn: Most tool calls run per turn; the rest get an error observation.
         max_tool_output_chars: Longest tool output shown, in characters; longer output is cut in the middle.
         max_observation_chars: Size of the observation space, in characters.
+        obs: ``"text"`` or ``"screenshot"`` (the world's screen after each turn, for a world that has one).
         render_mode: ``None`` or ``"ansi"`` (``render()`` returns the transcript as text).
         **task_kwargs: Passed to the task source, e.g. ``data_files=``/``split=`` for GSM8K, ``level=`` for arithmetic.
 
@@ -139,6 +150,7 @@ class ToolEnv(gym.Env[str, Action]):
         max_calls_per_turn: int = 16,
         max_tool_output_chars: int = 4_096,
         max_observation_chars: int = 65_536,
+        obs: str = "text",
         render_mode: str | None = None,
         **task_kwargs: Any,
     ) -> None:
@@ -148,6 +160,8 @@ class ToolEnv(gym.Env[str, Action]):
             raise ValueError(f"render_mode {render_mode!r} is not supported; use None or 'ansi'")
         if isinstance(tools, str):
             raise TypeError(f"tools must be a sequence of tool names, e.g. ({tools!r},), not a string")
+        if obs not in OBSERVATION_MODES:
+            raise ValueError(f"obs must be one of {list(OBSERVATION_MODES)}, got {obs!r}")
         self.tasks: TaskSource = task if isinstance(task, TaskSource) else _make_task_source(task, task_kwargs)
         self.tools: dict[str, Tool] = _make_tools(tools, tool_options or {})
         self._aliases = {a: t for t in self.tools.values() for a in t.aliases if a not in self.tools}
@@ -167,24 +181,55 @@ class ToolEnv(gym.Env[str, Action]):
         self.max_calls_per_turn = max_calls_per_turn
         self.max_tool_output_chars = max_tool_output_chars
         self.render_mode = render_mode
-        self.observation_space = TextSpace(max_observation_chars)
+        self.obs = obs
+        self._world = self._attach_world_tools(tuple(tools))
+        self.max_observation_chars = max_observation_chars
+        self.observation_space = self._observation_space()
         self.action_space = TextSpace(max_action_chars)
         self._schemas = [tool.schema for tool in self.tools.values()]
         self._schemas_json = json.dumps(self._schemas)  # json.loads of it is a fast deep copy
         self._answer_by_tool = any(tool.ends_episode for tool in self.tools.values())
-        self._world: ActTool | None = next((t for t in self.tools.values() if isinstance(t, ActTool)), None)
-        for tool in self.tools.values():
-            if isinstance(tool, ValidActionsTool):
-                if self._world is None:
-                    raise ValueError(f"tools {tuple(tools)}: valid_actions lists the commands of the act tool's world")
-                tool.attach(self._world)
         if (reward in WORLD_REWARDS) != (self._world is not None):
             raise ValueError(
                 f"reward {reward!r} with tools {tuple(tools)}: the world rewards {list(WORLD_REWARDS)} score the "
-                "world the act tool plays, so they go together"
+                "world a world tool (act, the web tools) plays, so they go together"
             )
         self._system_prompt = self._build_system_prompt()
         self._episode: _Episode | None = None
+
+    def _attach_world_tools(self, names: tuple[str, ...]) -> WorldTool | None:
+        """The env's world (its first world tool that runs one), with the other world tools attached to it and all
+        of them set to the observation mode."""
+        world_tools = [tool for tool in self.tools.values() if isinstance(tool, WorldTool)]
+        world = next((tool for tool in world_tools if tool.hosts_world), None)
+        for tool in world_tools:
+            if tool is world:
+                continue
+            if world is None:
+                raise ValueError(f"tools {names}: {tool.name} needs {tool.needs}")
+            tool.attach(world)
+        if world is None and self.obs != "text":
+            raise ValueError(f"obs={self.obs!r} needs a world with a screen (the web tools); tools {names} have none")
+        for tool in world_tools:
+            tool.set_observation_mode(self.obs)
+        return world
+
+    def _observation_space(self) -> spaces.Space:
+        text = TextSpace(self.max_observation_chars)
+        if self.obs == "text":
+            return text
+        return spaces.Dict({"text": text, "image": spaces.Box(0, 255, self._world.screen_shape, np.uint8)})
+
+    def _observation(self, text: str, message: dict[str, Any] | None) -> Observation:
+        """The observation showing ``text``; in screenshot mode with the world's screen, which goes into ``message``
+        (a user or tool message) too."""
+        text = truncate_middle(text, self.max_observation_chars)
+        if self.obs == "text":
+            return text
+        screen = self._world.screen()
+        if message is not None:
+            message["content"] = [image_part(screen), {"type": "text", "text": message["content"]}]
+        return {"text": text, "image": screen}
 
     def _build_system_prompt(self) -> str:
         schemas = self._schemas
@@ -231,14 +276,15 @@ class ToolEnv(gym.Env[str, Action]):
             {"role": "system", "content": self._system_prompt},
             {"role": "user", "content": user_prompt},
         ]
+        observation = self._observation(user_prompt, messages[1])
         self._episode = _Episode(row=row, ground_truth=self.tasks.ground_truth(row), messages=messages)
         info = {
-            "messages": [dict(message) for message in messages],
+            "messages": [_copied(message) for message in messages],
             "tools": json.loads(self._schemas_json),
             "task": copy.deepcopy(row),
             "task_index": index,
         }
-        return truncate_middle(user_prompt, self.observation_space.max_length), info
+        return observation, info
 
     def _select_task(self, options: dict[str, Any]) -> tuple[Row, int | None]:
         unknown = set(options) - {"task", "index"}
@@ -260,7 +306,7 @@ class ToolEnv(gym.Env[str, Action]):
         index = int(self.np_random.integers(len(self.tasks)))
         return self.tasks.row(index), index
 
-    def step(self, action: Action) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+    def step(self, action: Action) -> tuple[Observation, SupportsFloat, bool, bool, dict[str, Any]]:
         """Plays one assistant turn.
 
         Args:
@@ -287,6 +333,8 @@ class ToolEnv(gym.Env[str, Action]):
         episode.messages.append(_assistant_message(action))
 
         turn = self._run_turn(action, episode)
+        if self._world is not None and turn.messages and (view := self._world.observe()):
+            turn.messages[-1]["content"] += f"\n\n{view}"
         world = self._world.report() if self._world is not None else None
         terminated = turn.answer is not None or (world is not None and world["done"] > 0)
         truncated = not terminated and episode.turn >= self.max_turns
@@ -297,12 +345,13 @@ class ToolEnv(gym.Env[str, Action]):
             reward, components = float(scored.score), dict(scored.components)
         if truncated:
             reward = self.truncation_reward
+        text = "\n\n".join(message["content"] for message in turn.messages)
+        observation = self._observation(text, turn.messages[-1] if turn.messages else None)
         episode.done = terminated or truncated
         if episode.done:
             self._end_episode()
-        episode.messages.extend(dict(message) for message in turn.messages)  # flat dicts of strings
+        episode.messages.extend(_copied(message) for message in turn.messages)
 
-        observation = "\n\n".join(message["content"] for message in turn.messages)
         info = {
             "messages": turn.messages,
             "tool_calls": [call.as_openai() for call in turn.calls],
@@ -315,13 +364,7 @@ class ToolEnv(gym.Env[str, Action]):
         }
         if reward_error is not None:
             info["reward_error"] = reward_error
-        return (
-            truncate_middle(observation, self.observation_space.max_length),
-            reward,
-            terminated,
-            truncated,
-            info,
-        )
+        return observation, reward, terminated, truncated, info
 
     def close(self) -> None:
         """Frees the tools' resources (e.g. kills a sandbox session, stops a world's simulator)."""
@@ -338,7 +381,7 @@ class ToolEnv(gym.Env[str, Action]):
         """With ``render_mode="ansi"``, the episode's transcript as text; else ``None``."""
         if self.render_mode != "ansi" or self._episode is None:
             return None
-        return "\n\n".join(f"[{m['role']}] {m.get('content') or ''}".rstrip() for m in self._episode.messages)
+        return "\n\n".join(f"[{m['role']}] {message_text(m.get('content'))}".rstrip() for m in self._episode.messages)
 
     # ---------------------------------------------------------------------------------------------
     # One turn
@@ -403,7 +446,8 @@ class ToolEnv(gym.Env[str, Action]):
         The steps of the task's golden solution become calls (arithmetic to the calculator, or to
         Python as ``print(expression)``; programs to Python; queries to ``search``); they are spread
         over at most ``max_turns - 1`` turns (several calls per turn when needed), and the last turn answers.
-        In a world env they are the simulator's gold path for the running game, one ``act`` call each,
+        In a world env they are the world's golden calls for the running game (a text world's gold path, one ``act``
+        call per command; a web page's scripted solver),
         spread over at most ``max_turns`` turns; the world ends the episode, so there is no answer turn.
 
         Args:
@@ -454,7 +498,7 @@ class ToolEnv(gym.Env[str, Action]):
     def _golden_world_actions(self, row: Row) -> list[Action]:
         if self._episode is None or row != self._episode.row:
             raise AgentflyError("a world's gold path comes from its running game: reset(options={'task': row}) first")
-        calls = [ToolCall(self._world.name, {"command": command}) for command in self._world.gold_commands()]
+        calls = self._world.golden_calls()
         num_turns = min(len(calls), self.max_turns)
         return [self.parser.format_calls([calls[i] for i in chunk]) for chunk in _chunks(len(calls), num_turns)]
 
@@ -535,6 +579,12 @@ def _tool_message(call: ToolCall | None, content: str) -> dict[str, Any]:
     if call is None:
         return {"role": "tool", "name": "error", "content": content}
     return {"role": "tool", "name": call.name, "tool_call_id": call.id, "content": content}
+
+
+def _copied(message: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a chat message that shares no list or dict with it (image parts share their image)."""
+    content = message.get("content")
+    return {**message, "content": [dict(part) for part in content]} if isinstance(content, list) else dict(message)
 
 
 def _assistant_message(action: Action) -> dict[str, Any]:

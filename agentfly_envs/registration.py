@@ -10,6 +10,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentfly_envs.worlds.miniwob import TASKS as MINIWOB_TASKS
 from agentfly_envs.worlds.text_arena import GAMES as TEXTARENA_GAMES
 
 ENTRY_POINT = "agentfly_envs.core:ToolEnv"
@@ -98,6 +99,17 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
         }
         for name, game in TEXTARENA_GAMES.items()
     },
+    **{
+        f"agentfly/MiniWoB-{name}": {
+            "task": "miniwob",
+            "game": game,
+            "tools": ("click", "type", "press", "scroll"),
+            "parser": "hermes",
+            "reward": "world_success",
+            "max_turns": 10,
+        }
+        for name, game in MINIWOB_TASKS.items()
+    },
 }
 """Environment id -> default ``ToolEnv`` kwargs.
 
@@ -129,6 +141,12 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
   FrozenLake, Mastermind, Sokoban, Minesweeper, 2048), played with ``act`` moves such as ``[up]``; ``split=``
   picks the seeds, ``game=`` another TextArena variant of the puzzle (e.g. ``"Sokoban-v0-medium"``); scored
   like the TWX ids. Needs ``pip install 'agentfly-rl[puzzles]'``.
+- ``agentfly/MiniWoB-<Task>``: a MiniWoB++ web task (:data:`MINIWOB_TASKS`: ClickButton, ..., EmailInbox) in
+  headless Chromium, played with ``click``, ``type``, ``press`` and ``scroll``; ``obs="text"`` (default) lists the
+  page's elements with ids to act on, ``obs="screenshot"`` shows the screen as an image (actions by coordinates);
+  ``world_success`` scores 1 when MiniWoB's raw reward is 1, ``reward="world_score"`` gives its time-decayed reward
+  (``time_limit_s=`` sets the limit, 300 s by default). Needs ``pip install 'agentfly-rl[web]'`` and Chromium with
+  chromedriver on ``PATH``.
 """
 
 

@@ -34,7 +34,7 @@ FILES_ENV = "agentfly/Files"
 TINY_MODEL = "agentfly:tiny"
 """``actor_rollout_ref.model.path`` value that builds the tiny local model and tokenizer (no download)."""
 
-AGENT_TYPES = {"hf": "hermes", "react": "react", "code": "code"}
+AGENT_TYPES = {"hf": "hermes", "react": "react", "code": "code", "gui": "gui"}
 """``agent.agent_type`` -> the env parser that reads the model's turns."""
 BACKEND_ALIASES = {"async_verl": "vllm", "verl": "vllm", "async_vllm": "vllm", "transformers": "hf"}
 """AgentFly's ``agent.init_args.backend`` values -> ours: its verl/vLLM engines are our vLLM backend (episodes
@@ -66,7 +66,8 @@ class AgentConfig:
         tool_options: Per-tool options, ``{tool: {option: value}}`` (the env's ``tool_options``), e.g.
             ``{google_search: {backend: bm25, corpus_file: wiki.jsonl}}``.
         agent_type: ``hf`` (the chat template's native tool calls, hermes ``<tool_call>`` JSON),
-            ``react`` or ``code``.
+            ``react``, ``code`` or ``gui`` (GUI agents' actions, UI-TARS's ``Action: click(start_box='(x,y)')``
+            or Qwen2.5-VL's ``computer_use`` calls, for the web envs).
         tools: Tool names replacing the env's defaults (``google_search`` is our ``search`` under AgentFly's
             name); ``null`` keeps the env's (``[calculator]`` for an env built from files).
         model_name_or_path: Alias of ``actor_rollout_ref.model.path`` (AgentFly's spelling).

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from agentfly_envs.worlds.miniwob import require_miniwob
 from agentfly_envs.worlds.science_world import require_scienceworld
 from agentfly_envs.worlds.textworld_express import require_textworld_express
 
@@ -154,8 +155,8 @@ for prompts and completions of up to 1,024 tokens."""
 
 
 def world_unavailable_reason(check: Callable[[], None]) -> str | None:
-    """Why a Java world cannot run here (``check``, its ``require_*`` function, names the missing package or
-    Java), or ``None`` when it can."""
+    """Why a world cannot run here (``check``, its ``require_*`` function, names the missing package, Java or
+    Chromium), or ``None`` when it can."""
     from agentfly_envs.errors import WorldUnavailableError
 
     try:
@@ -187,6 +188,11 @@ needs_scienceworld = pytest.mark.skipif(
     reason=str(world_unavailable_reason(require_scienceworld)),
 )
 """Skips a test where scienceworld or Java is missing (CI installs both, so it runs there)."""
+needs_miniwob = pytest.mark.skipif(
+    world_unavailable_reason(require_miniwob) is not None,
+    reason=str(world_unavailable_reason(require_miniwob)),
+)
+"""Skips a test where miniwob (the web extra) or Chromium is missing (CI installs both, so it runs there)."""
 
 
 def skip_without_vllm() -> None:

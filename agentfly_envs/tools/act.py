@@ -22,15 +22,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentfly_envs.errors import TaskFormatError, WorldUnavailableError
-from agentfly_envs.tools.base import TOOLS, Tool, ToolError
+from agentfly_envs.parsers import ToolCall
+from agentfly_envs.tools.base import TOOLS, ToolError
+from agentfly_envs.tools.world import WorldTool
 from agentfly_envs.worlds import World, WorldCommandError, WorldCrashedError, WorldState, get_world
 
 MAX_COMMAND_CHARS = 300
 """Longest command accepted, in characters."""
 
 
-class ActTool(Tool):
-    """The ``act`` tool of one env.
+class ActTool(WorldTool):
+    """The ``act`` tool of one env: a text world's :class:`~agentfly_envs.tools.world.WorldTool`.
 
     Args:
         show_valid_actions: Append the commands the world accepts now to every observation.
@@ -157,6 +159,10 @@ class ActTool(Tool):
         except WorldCrashedError as e:
             raise WorldUnavailableError(str(e)) from None
 
+    def golden_calls(self) -> list[ToolCall]:
+        """One ``act`` call per command of :meth:`gold_commands`."""
+        return [ToolCall(self.name, {"command": command}) for command in self.gold_commands()]
+
     def close(self) -> None:
         """Stops the env's worlds' simulators."""
         for world in self._worlds.values():
@@ -173,8 +179,11 @@ class ActTool(Tool):
         return "\n\n".join(part for part in parts if part)
 
 
-class ValidActionsTool(Tool):
+class ValidActionsTool(WorldTool):
     """The ``valid_actions`` tool of one env: lists the commands its ``act`` tool's world accepts now."""
+
+    hosts_world = False
+    needs = "the act tool: valid_actions lists the commands of the act tool's world"
 
     def __init__(self) -> None:
         super().__init__(self.valid_actions, name="valid_actions")
@@ -184,9 +193,15 @@ class ValidActionsTool(Tool):
         """A copy for one env; the env attaches its ``act`` tool (see :meth:`attach`)."""
         return ValidActionsTool()
 
-    def attach(self, act: ActTool) -> None:
-        """Lists the commands of ``act``'s world."""
-        self.act = act
+    def attach(self, world: WorldTool) -> None:
+        """Lists the commands of ``world``'s world (an ``act`` tool's).
+
+        Raises:
+            ValueError: ``world`` is not an ``act`` tool.
+        """
+        if not isinstance(world, ActTool):
+            raise ValueError(f"valid_actions lists the commands of the act tool's world, not of {world.name!r}'s")
+        self.act = world
 
     def valid_actions(self) -> str:
         """List the commands the world accepts right now, e.g. to find how an object is called.

@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import (
     NEEDS_TRAIN_EXTRA,
     REPO_ROOT,
+    needs_miniwob,
     needs_scienceworld,
     needs_textarena,
     needs_textworld_express,
@@ -124,6 +125,19 @@ def test_world_throughput_benchmark(readme, tmp_path):
         assert result["first_game_s"] > result["reset_s"] > 0
         assert_steps_follow_the_gold_paths(result)
     assert "env steps/s" in out and "JVM start + first game" in out
+
+
+@needs_miniwob
+@runs_readme_command("python benchmarks/web_throughput.py --steps 200 --json benchmarks/results/web_throughput.json")
+def test_web_throughput_benchmark(readme, tmp_path):
+    result_file = tmp_path / "web.json"
+    command = readme_command(readme, {"--steps": "10", "--json": str(result_file)}, ["--steps-per-episode", "5"])
+    out = run_script(*command.argv[1:])
+    results = json.loads(result_file.read_text())
+    for mode in ("text", "screenshot"):
+        assert results[mode]["env_step_ms"] > 0 and results[mode]["bare_step_ms"] > 0
+    assert results["text"]["pss_mib"] > 50 and results["text"]["processes"] >= 3
+    assert "screenshot mode costs" in out and "Chromium per env" in out
 
 
 @needs_textarena

@@ -17,6 +17,9 @@ PUZZLE_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agen
 SCIENCEWORLD_IDS = ["agentfly/ScienceWorld"]
 """ScienceWorld: it needs the scienceworld package and Java, and no data."""
 WORLD_IDS = TWX_IDS + PUZZLE_IDS + SCIENCEWORLD_IDS
+MINIWOB_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agentfly/MiniWoB-"))
+"""The MiniWoB web pages: each env starts a Chromium (seconds), so tests/envs/test_web.py runs these checks on two
+shared browsers (one per observation mode) that play every page, instead of one browser per id and test here."""
 NO_GOLDEN_IDS = {"agentfly/TextArena-2048"}
 """Ids without golden episodes (no solver): the tests that replay them are skipped."""
 MARKS = {
@@ -24,7 +27,11 @@ MARKS = {
     **dict.fromkeys(PUZZLE_IDS, needs_textarena),
     **dict.fromkeys(SCIENCEWORLD_IDS, needs_scienceworld),
 }
-ENV_IDS = [pytest.param(env_id, marks=MARKS[env_id]) if env_id in MARKS else env_id for env_id in sorted(ENVIRONMENTS)]
+ENV_IDS = [
+    pytest.param(env_id, marks=MARKS[env_id]) if env_id in MARKS else env_id
+    for env_id in sorted(ENVIRONMENTS)
+    if env_id not in MINIWOB_IDS
+]
 GOLDEN_IDS = [param for param in ENV_IDS if getattr(param, "values", (param,))[0] not in NO_GOLDEN_IDS]
 
 
@@ -35,7 +42,7 @@ def make_kwargs():
 
 
 def test_every_id_runs_offline_on_sample_data():
-    assert set(OFFLINE_KWARGS) | {"agentfly/Arith-Calc", *WORLD_IDS} == set(ENVIRONMENTS)
+    assert set(OFFLINE_KWARGS) | {"agentfly/Arith-Calc", *WORLD_IDS, *MINIWOB_IDS} == set(ENVIRONMENTS)
 
 
 def test_every_id_is_registered_with_gymnasium():

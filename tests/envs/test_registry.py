@@ -35,15 +35,17 @@ def test_unknown_name_suggests_close_match_and_lists_known():
 
 def test_builtin_registries_hold_what_the_readme_lists():
     assert set(TOOLS) == {
-        "act", "answer", "calculator", "google_search", "python", "python_executor", "search", "valid_actions",
+        "act", "answer", "calculator", "click", "google_search", "press", "python", "python_executor", "scroll",
+        "search", "type", "valid_actions",
     }  # fmt: skip
-    assert set(PARSERS) == {"code", "hermes", "react", "tool_calls"}
+    assert set(PARSERS) == {"code", "gui", "hermes", "react", "tool_calls"}
     assert set(REWARDS) == {
         "code_reward", "math_equal", "math_reward_string_equal", "qa_em_reward", "qa_f1_reward", "world_score",
         "world_success",
     }  # fmt: skip
     assert set(TASKS) == {
-        "arithmetic", "code_tests", "files", "gsm8k", "hotpotqa", "scienceworld", "textarena", "textworld_express",
+        "arithmetic", "code_tests", "files", "gsm8k", "hotpotqa", "miniwob", "scienceworld", "textarena",
+        "textworld_express",
     }  # fmt: skip
     assert set(RETRIEVERS) == {"bm25", "context", "http"}
     assert set(WORLDS) == {"scienceworld", "textarena", "textworld_express"}

@@ -239,7 +239,9 @@ def test_a_hung_simulator_times_out_into_an_error():
 
 
 def test_world_rewards_and_the_act_tool_go_together():
-    with pytest.raises(ValueError, match=r"the world rewards .* score the world the act tool plays"):
+    with pytest.raises(
+        ValueError, match=r"the world rewards .* score the world a world tool \(act, the web tools\) plays"
+    ):
         gym.make("agentfly/Arith-Calc", reward="world_success")
     with pytest.raises(ValueError, match=r"reward 'math_equal' with tools \('act',\)"):
         gym.make("agentfly/TWX-Coin", reward="math_equal")
