@@ -23,7 +23,8 @@ from tests.conftest import REPO_ROOT, needs_miniwob, world_error_in_fresh_proces
 from tests.envs.hostile import HOSTILE_ACTIONS
 from tests.envs.test_all_envs import MINIWOB_IDS
 
-pytestmark = needs_miniwob
+pytestmark = [needs_miniwob, pytest.mark.xdist_group("web")]
+"""One worker runs the module, so that its two browsers start once."""
 MODES = ("text", "screenshot")
 
 
