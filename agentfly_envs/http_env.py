@@ -32,7 +32,7 @@ from typing import Any, ClassVar, SupportsFloat
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
-from agentfly_envs.errors import EpisodeFinishedError
+from agentfly_envs.errors import AgentflyError, EpisodeFinishedError
 from agentfly_envs.parsers import Action
 from agentfly_envs.runtime.failures import WorkerLost, lost_episode
 from agentfly_envs.runtime.remote import RemoteEnvError
@@ -270,6 +270,14 @@ class HTTPEnv(gym.Env[str, Action]):
             truncated, reward = True, self.truncation_reward
         self._done = terminated or truncated
         return text, reward, terminated, truncated, info
+
+    def golden_actions(self, row: Mapping[str, Any] | None = None) -> list[Action]:
+        """Raises: the server's solutions are not part of its protocol (a warm start needs ``sft.enable=false``).
+
+        Raises:
+            AgentflyError: always.
+        """
+        raise AgentflyError(f"the env at {self.url} does not share golden solutions over its protocol")
 
     def close(self) -> None:
         """Closes the session (the server closes its env)."""

@@ -59,9 +59,10 @@ class AgentConfig:
     """The agent: which env, how the model talks to it, and the rollout budgets.
 
     Attributes:
-        env: Registered env id (``agentfly/...``); ``null`` (AgentFly's way) builds the env from the guide's parts:
-            the rows of ``data.train_files`` (``agentfly/Files``), ``agent.tools``, ``agent.reward_name`` and
-            ``agent.agent_type``.
+        env: Registered env id (``agentfly/...``), ``openenv:<url>`` (an env on a server speaking OpenEnv's
+            protocol) or ``verifiers:<module>`` (a verifiers taskset); ``null`` (AgentFly's way) builds the env from
+            the guide's parts: the rows of ``data.train_files`` (``agentfly/Files``), ``agent.tools``,
+            ``agent.reward_name`` and ``agent.agent_type``.
         env_kwargs: Extra ``gymnasium.make`` keyword arguments (e.g. ``level`` for Arith-Calc).
         tool_options: Per-tool options, ``{tool: {option: value}}`` (the env's ``tool_options``), e.g.
             ``{google_search: {backend: bm25, corpus_file: wiki.jsonl}}``.
@@ -581,8 +582,19 @@ class TrainConfig:
 
     @property
     def env_id(self) -> str:
-        """The env: ``agent.env`` if set, else :data:`FILES_ENV` over ``data.train_files``."""
-        return self.agent.env or FILES_ENV
+        """The env's Gymnasium id: ``agent.env`` (``openenv:<url>`` and ``verifiers:<module>`` resolved by
+        :func:`agentfly_envs.sources.resolve_env`) if set, else :data:`FILES_ENV` over ``data.train_files``."""
+        from agentfly_envs.sources import resolve_env
+
+        return resolve_env(self.agent.env)[0] if self.agent.env else FILES_ENV
+
+    @property
+    def env_source_kwargs(self) -> dict[str, Any]:
+        """The kwargs an ``agent.env`` source prefix stands for (``{"url": ...}`` for ``openenv:<url>``), else
+        ``{}``."""
+        from agentfly_envs.sources import resolve_env
+
+        return resolve_env(self.agent.env)[1] if self.agent.env else {}
 
     @property
     def model_path(self) -> str:
@@ -845,9 +857,14 @@ def validate(config: TrainConfig) -> None:
 
     agent, algorithm, data = config.agent, config.algorithm, config.data
     actor, rollout, trainer = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.trainer
-    if agent.env is not None and agent.env not in gym.registry:
-        known = sorted(name for name in gym.registry if name.startswith("agentfly/"))
-        check_choice("agent.env", agent.env, known)
+    if agent.env is not None:
+        try:
+            env_id = config.env_id
+        except ValueError as error:
+            raise ConfigError(f"agent.env={agent.env}: {error}") from None
+        if env_id not in gym.registry:
+            known = sorted(name for name in gym.registry if name.startswith("agentfly/"))
+            check_choice("agent.env", agent.env, known)
     _validate_data_files(config)
     _validate_model_path(config)
     check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
