@@ -554,6 +554,27 @@ class CustomRewardFunctionConfig:
 
 
 @dataclass
+class EvalConfig:
+    """``python -m agentfly_train eval``: how many samples per task and the k of pass@k and mean@k.
+
+    Attributes:
+        k: The k of pass@k (the chance that at least one of k samples is correct) and mean@k (the mean reward of
+            k samples), estimated without bias from ``n`` samples per task (Chen et al., 2021).
+        n: Samples per validation task (``null``: ``k``); at least ``k``.
+        confidence: The level of the confidence intervals (over tasks), e.g. 0.95.
+    """
+
+    k: int = 1
+    n: int | None = None
+    confidence: float = 0.95
+
+    @property
+    def samples(self) -> int:
+        """Samples per task: ``n``, or ``k`` when unset."""
+        return self.n if self.n is not None else self.k
+
+
+@dataclass
 class TrainConfig:
     """The whole configuration; its defaults are the training guide's (the quickstart is the preset
     :data:`QUICKSTART`)."""
@@ -566,6 +587,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sft: SFTWarmupConfig = field(default_factory=SFTWarmupConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     @property
     def user_code(self) -> UserCode:
@@ -942,6 +964,13 @@ def validate(config: TrainConfig) -> None:
         )
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+    check_positive("eval.k", config.eval.k)
+    if config.eval.samples < config.eval.k:
+        raise ConfigError(
+            f"eval.n={config.eval.n} samples per task cannot estimate pass@{config.eval.k}: set eval.n >= eval.k"
+        )
+    if not 0.0 < config.eval.confidence < 1.0:
+        raise ConfigError(f"eval.confidence must be in (0, 1), got {config.eval.confidence}")
     backend.check(config)
     _validate_env_runtime(rollout)
     _validate_algorithm(config)
