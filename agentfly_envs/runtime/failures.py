@@ -13,16 +13,16 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-FAILURE_KINDS = ("actor_died", "timeout", "server_lost", "refused")
-"""How an env call is lost: the Ray actor hosting the env died, a step ran past the timeout, the env server of an
-``agentfly/Remote`` env stopped answering or refused the turn (the keys of a pool's ``pop_failures()``)."""
+FAILURE_KINDS = ("actor_died", "timeout")
+"""Keys of a pool's ``pop_failures()``: the Ray actor hosting the env died, or a step ran past the timeout."""
 
 
 class WorkerLost(Exception):
     """A call found its host dead or unreachable, ran past the step timeout, or was refused.
 
     Attributes:
-        kind: One of :data:`FAILURE_KINDS`.
+        kind: One of :data:`FAILURE_KINDS`, or for an ``agentfly/Remote`` env ``server_lost`` (its server stopped
+            answering) or ``refused`` (its server refused the turn).
         tool: The tool that was running when the step timed out, when known.
         detail: What the host said, for ``refused``.
     """

@@ -125,9 +125,15 @@ TRAIN_ON_SERVED = (
 )
 
 
-@runs_readme_command(TRAIN_ON_SERVED)
+@runs_readme_command(
+    "python -m agentfly_train --config quickstart agent.env=openenv:http://127.0.0.1:8000 'agent.env_kwargs={}' "
+    "'data.val_env_kwargs={}' sft.enable=false data.train_batch_size=2 agent.num_chains=2 "
+    "data.val_size=2 trainer.total_training_steps=2 'trainer.logger=[console]'"
+)
 def test_served_env_training_command_is_the_one_run_above(readme):
-    """The training command of the docs is run by the test above, against the server it starts."""
+    """The training command of the docs (:data:`TRAIN_ON_SERVED`) is run by the test above, against the server it
+    starts; here it names the served env."""
+    assert readme == TRAIN_ON_SERVED
     arguments = readme_command(readme).cli_arguments
     assert arguments[:2] == ["--config", "quickstart"]
     config = load_config(arguments[2:], ["quickstart"], check=False)
