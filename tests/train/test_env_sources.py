@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 
+from agentfly_envs.errors import TaskFormatError
 from agentfly_train.__main__ import main
 from agentfly_train.callbacks import MetricsFile
 from agentfly_train.config import load_config
@@ -57,7 +58,7 @@ def test_a_verifiers_taskset_scores_as_its_rewards(tmp_path, monkeypatch):
     env.reset(options={"task": {"prompt": "1 + 1 =", "answer": "2"}})
     _, reward, _, _, step_info = env.step("3")
     assert reward == 0.0 and step_info["reward_components"] == {"correct": 0.0}
-    with pytest.raises(Exception, match="field answer"):
+    with pytest.raises(TaskFormatError, match="field answer"):
         env.reset(options={"task": {"prompt": "1 + 1 ="}})
 
 
