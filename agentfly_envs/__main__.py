@@ -7,7 +7,7 @@ error observations. Runs offline on ``agentfly/Arith-Calc`` by default.
     python -m agentfly_envs --env-id agentfly/GSM8K-Calc --data-files ../shared/data/gsm8k/test.jsonl
 
 ``python -m agentfly_envs serve ENV_ID --port N`` serves an env over HTTP in OpenEnv's protocol
-(:mod:`agentfly_envs.serve`; the ``openenv`` extra).
+(:mod:`agentfly_envs.remote.server`; the ``openenv`` extra).
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def serve(argv: Sequence[str]) -> int:
-    """``python -m agentfly_envs serve ENV_ID --port N`` (:mod:`agentfly_envs.serve`); returns the exit status (2: the
-    env cannot be built, or the ``openenv`` extra is missing)."""
+    """``python -m agentfly_envs serve ENV_ID --port N`` (:mod:`agentfly_envs.remote.server`); returns the exit
+    status (2: the env cannot be built, or the ``openenv`` extra is missing)."""
     parser = argparse.ArgumentParser(
         prog="python -m agentfly_envs serve", description="Serve an agentfly env over HTTP in OpenEnv's protocol."
     )
@@ -98,7 +98,7 @@ def serve(argv: Sequence[str]) -> int:
         if args.max_sessions < 1 or args.session_timeout <= 0:
             raise ValueError("--max-sessions must be >= 1 and --session-timeout > 0")
         gym.make(args.env_id, disable_env_checker=True, **kwargs).close()  # before the server's slow imports
-        from agentfly_envs.serve import MAX_MESSAGE_BYTES, create_app
+        from agentfly_envs.remote.server import MAX_MESSAGE_BYTES, create_app
     except (AgentflyError, gym.error.Error, ImportError, TypeError, ValueError) as error:
         print(f"error: cannot serve {args.env_id}: {' '.join(str(error).split())}", file=sys.stderr)
         return 2

@@ -133,7 +133,7 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
 
 
 ADAPTER_ENVS: dict[str, str] = {
-    "agentfly/Remote": "agentfly_envs.http_env:HTTPEnv",
+    "agentfly/Remote": "agentfly_envs.remote.client:HTTPEnv",
     "agentfly/Verifiers": "agentfly_envs.adapters.verifiers:VerifiersEnv",
 }
 """Ids of envs that play other servers' and libraries' environments -> their entry points (no default kwargs):

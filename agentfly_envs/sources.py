@@ -2,7 +2,7 @@
 kwargs, chosen by a lookup in :data:`ENV_SOURCES`.
 
 ``resolve_env("openenv:http://127.0.0.1:8000")`` is ``("agentfly/Remote", {"url": "http://127.0.0.1:8000"})``: the
-client env of :mod:`agentfly_envs.http_env`, which plays any server speaking OpenEnv's protocol (ours from
+client env of :mod:`agentfly_envs.remote.client`, which plays any server speaking OpenEnv's protocol (ours from
 ``python -m agentfly_envs serve``, or OpenEnv's own). ``resolve_env("verifiers:my_env")`` is
 ``("agentfly/Verifiers", {"taskset": "my_env"})`` (:mod:`agentfly_envs.adapters.verifiers`). Any other name is a
 Gymnasium id with no kwargs (``module:id`` ids included: their prefix is not a source).

@@ -1,4 +1,5 @@
-"""Serving envs in OpenEnv's protocol (agentfly_envs/serve.py) and playing them with agentfly/Remote (http_env.py)."""
+"""Serving envs in OpenEnv's protocol (agentfly_envs/remote/server.py) and playing them with agentfly/Remote
+(agentfly_envs/remote/client.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.conftest import run_cli
 from tests.envs.hostile import HOSTILE_ACTIONS
 
 pytest.importorskip("openenv", reason='needs openenv-core (the "openenv" extra)')
-from agentfly_envs.serve import ServerThread, create_app
+from agentfly_envs.remote import ServerThread, create_app
 
 KWARGS = {"level": "easy"}
 

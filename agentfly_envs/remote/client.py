@@ -3,9 +3,10 @@
 ``gymnasium.make("agentfly/Remote", url="http://127.0.0.1:8000")`` opens a WebSocket session (``/ws``) on the
 server at its first reset and plays episodes there; each env instance is one session. Two kinds of server:
 
-- an agentfly env served by ``python -m agentfly_envs serve`` (:mod:`agentfly_envs.serve`; it answers ``/info``):
-  the env behaves as the served one (observations, ``info["messages"]``, ``info["tools"]``, rewards and their
-  components); its tasks are ``{"index": i}`` rows of the served env's own, and any other row is sent as the task;
+- an agentfly env served by ``python -m agentfly_envs serve`` (:mod:`agentfly_envs.remote.server`; it answers
+  ``/info``): the env behaves as the served one (observations, ``info["messages"]``, ``info["tools"]``, rewards
+  and their components); its tasks are ``{"index": i}`` rows of the served env's own, and any other row is sent
+  as the task;
 - any other OpenEnv server (e.g. OpenEnv's ``echo_env``): the assistant's text goes into the action's one string
   field (``action_field``, read from ``/schema`` when not given), the observation's fields (one string field: its
   text; else their JSON) come back as a ``user`` message, the server's reward and ``done`` are the env's; tasks are
