@@ -34,7 +34,8 @@ def resolve_env(name: str) -> tuple[str, dict[str, Any]]:
     """The Gymnasium id and kwargs that ``name`` stands for (see the module docstring).
 
     Raises:
-        ValueError: a source's target is malformed (e.g. ``openenv:`` without a URL).
+        ValueError: a source's target is malformed (e.g. ``openenv:`` without a URL); the message says what to
+            give, and the caller names the value.
     """
     prefix, colon, target = name.partition(":")
     if colon and prefix in ENV_SOURCES:
@@ -47,7 +48,7 @@ def openenv_source(url: str) -> tuple[str, dict[str, Any]]:
     """``openenv:<url>``: the env served at ``url`` (``http(s)://`` or ``ws(s)://``), through ``agentfly/Remote``."""
     if not url.startswith(("http://", "https://", "ws://", "wss://")):
         raise ValueError(
-            f"openenv:{url}: give the server's URL, e.g. openenv:http://127.0.0.1:8000 (start one with "
+            "give the server's URL, e.g. openenv:http://127.0.0.1:8000 (start one with "
             "`python -m agentfly_envs serve ENV_ID --port 8000`)"
         )
     return "agentfly/Remote", {"url": url}
@@ -57,5 +58,5 @@ def openenv_source(url: str) -> tuple[str, dict[str, Any]]:
 def verifiers_source(module: str) -> tuple[str, dict[str, Any]]:
     """``verifiers:<module>``: the verifiers taskset of that module, through ``agentfly/Verifiers``."""
     if not module:
-        raise ValueError("verifiers:<module>: name the module of a verifiers taskset, e.g. verifiers:my_taskset")
+        raise ValueError("name the module of a verifiers taskset, e.g. verifiers:my_taskset")
     return "agentfly/Verifiers", {"taskset": module}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -17,7 +16,7 @@ from agentfly_train.__main__ import main
 from agentfly_train.callbacks import MetricsFile
 from agentfly_train.config import load_config
 from tests.conftest import REPO_ROOT, readme_command, runs_readme_command
-from tests.train.conftest import free_port, run_cli
+from tests.train.conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -62,21 +61,25 @@ def test_a_verifiers_taskset_scores_as_its_rewards(tmp_path, monkeypatch):
         env.reset(options={"task": {"prompt": "1 + 1 ="}})
 
 
+SMALLEST = (
+    "agent.max_tokens_per_turn=8",
+    "actor_rollout_ref.rollout.response_length=32",
+    "actor_rollout_ref.model.tiny_hidden_size=32",
+)
+"""The documented runs at the smallest sizes: turns of 8 tokens, a tiny model."""
+
+
 @runs_readme_command(
     "python -m agentfly_train --config quickstart agent.env=verifiers:tiny_sums 'agent.env_kwargs={}' "
     "'data.val_env_kwargs={}' agent.max_turns=1 sft.enable=false data.train_batch_size=2 agent.num_chains=2 "
     "data.val_size=2 trainer.total_training_steps=2 'trainer.logger=[console]'"
 )
-def test_tiny_model_trains_two_steps_on_a_verifiers_taskset(readme, tmp_path):
+def test_tiny_model_trains_two_steps_on_a_verifiers_taskset(readme, tmp_path, monkeypatch):
     pytest.importorskip("verifiers", reason='needs verifiers (the "verifiers" extra)')
     (tmp_path / "tiny_sums.py").write_text(TINY_SUMS)
-    command = readme_command(
-        readme,
-        add=["--no-progress", f"trainer.default_local_dir={tmp_path / 'run'}", "agent.max_tokens_per_turn=8",
-             "actor_rollout_ref.rollout.response_length=32", "actor_rollout_ref.model.tiny_hidden_size=32"],
-    )  # fmt: skip
-    done = run_cli(command.argv, env={"PYTHONPATH": str(tmp_path)})
-    assert done.returncode == 0, done.stderr[-3000:]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    command = readme_command(readme, add=["--no-progress", f"trainer.default_local_dir={tmp_path / 'run'}", *SMALLEST])
+    assert main(command.cli_arguments) == 0  # in this process: verifiers and torch are imported once
     records = [record for record in MetricsFile(tmp_path / "run" / "metrics.jsonl").read() if "loss" in record]
     assert [record["step"] for record in records] == [1, 2]
     assert all(math.isfinite(record["loss"]) for record in records)
@@ -106,9 +109,8 @@ def test_tiny_model_trains_two_steps_on_a_served_env(readme, tmp_path):
         train = readme_command(
             TRAIN_ON_SERVED,
             change={"agent.env": f"openenv:{url}"},
-            add=["--no-progress", f"trainer.default_local_dir={tmp_path}",
-                 "actor_rollout_ref.model.tiny_hidden_size=32"],
-        )  # fmt: skip
+            add=["--no-progress", f"trainer.default_local_dir={tmp_path}", *SMALLEST, "agent.max_turns=2"],
+        )
         assert main(train.cli_arguments) == 0
     finally:
         server.terminate()
@@ -141,6 +143,10 @@ def test_served_env_training_command_is_the_one_run_above(readme):
     assert config.env_id == "agentfly/Remote" and config.env_source_kwargs == {"url": "http://127.0.0.1:8000"}
 
 
-def test_a_bad_source_is_a_config_error():
-    done = run_cli([sys.executable, "-m", "agentfly_train", "--dry-run", "agent.env=openenv:localhost:1"])
-    assert done.returncode == 2 and "config error: agent.env=openenv:localhost:1: give the server's URL" in done.stderr
+def test_a_bad_source_is_a_config_error(capsys):
+    assert main(["--dry-run", "agent.env=openenv:localhost:1"]) == 2
+    error = capsys.readouterr().err
+    assert (
+        error.startswith("config error: agent.env=openenv:localhost:1: give the server's URL")
+        and error.count("\n") == 1
+    )

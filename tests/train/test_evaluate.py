@@ -21,28 +21,29 @@ def test_eval_command_writes_one_trajectory_per_validation_row(tmp_path, capsys)
             "eval",
             "--config",
             "quickstart",
-            "data.val_size=3",
+            "data.val_size=2",
             "actor_rollout_ref.model.tiny_hidden_size=32",
             "agent.max_tokens_per_turn=8",
+            "agent.max_turns=2",
             f"trainer.default_local_dir={tmp_path}",
             "eval.k=2",
-            "eval.n=3",
+            "eval.n=2",
             "--samples",
             "1",
         ]
     )
     assert status == 0
     records = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
-    assert len(records) == 9  # 3 tasks x eval.n samples, each task's samples together
+    assert len(records) == 4  # 2 tasks x eval.n samples, each task's samples together
     assert all(r["messages"][0]["role"] == "system" and r["messages"][-1]["role"] == "assistant" for r in records)
-    assert [r["messages"][1] for r in records[:3]] == [records[0]["messages"][1]] * 3
+    assert records[0]["messages"][1] == records[1]["messages"][1] != records[2]["messages"][1]
     out = capsys.readouterr().out
-    assert "agentfly/Arith-Calc: accuracy" in out and "pass@2 " in out and "over 3 tasks x 3 samples" in out
+    assert "agentfly/Arith-Calc: accuracy" in out and "pass@2 " in out and "over 2 tasks x 2 samples" in out
     scores = json.loads((tmp_path / "eval_pass_at_k.json").read_text())
-    assert [task["n"] for task in scores["tasks"]] == [3, 3, 3] and scores["k"] == 2
-    for task, start in zip(scores["tasks"], (0, 3, 6), strict=True):
-        assert task["correct"] == sum(r["correct"] for r in records[start : start + 3])
-        assert task["mean@k"] == pytest.approx(sum(r["reward"] for r in records[start : start + 3]) / 3)
+    assert [task["n"] for task in scores["tasks"]] == [2, 2] and scores["k"] == 2
+    for task, start in zip(scores["tasks"], (0, 2), strict=True):
+        assert task["correct"] == sum(r["correct"] for r in records[start : start + 2])
+        assert task["mean@k"] == pytest.approx(sum(r["reward"] for r in records[start : start + 2]) / 2)
 
 
 def test_pass_at_k_is_the_unbiased_estimate_on_a_scripted_policy():
