@@ -73,8 +73,9 @@ class AgentflyAgentLoop(AgentLoopBase):
             verl's ``AgentLoopOutput``: ``prompt_ids`` (the rendered opening), ``response_ids`` (at most
             ``rollout.response_length`` tokens: sampled turns and the env's messages), ``response_mask`` (1 = sampled),
             ``response_logprobs`` (when the server returns them), ``reward_score`` (the env's reward; its truncation
-            reward when the response budget ends the episode), ``num_turns``, and in ``extra_fields`` the env's
-            ``reward_components``, ``error_counts`` and ``finish_reason`` (``stop``, ``max_turns`` or ``length``).
+            reward when the response budget ends the episode, a turn cut by it going unscored), ``num_turns``, and in
+            ``extra_fields`` the env's ``reward_components``, ``error_counts`` and ``finish_reason`` (``stop``,
+            ``max_turns`` or ``length``).
         """
         key = json.dumps([self.env_id, self.env_kwargs], sort_keys=True, default=str)
         idle = _IDLE_ENVS.setdefault(key, [])
@@ -108,6 +109,8 @@ class AgentflyAgentLoop(AgentLoopBase):
             )
             logprobs = sampled_logprobs or []
             token_ids, turns = merged.token_ids, turns + 1
+            if len(response_mask) > self.response_length:  # a turn cut by the budget ends the episode unscored
+                break
             text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
             with simple_timer("tool_calls", metrics):
                 _, step_reward, terminated, truncated, step_info = await self.loop.run_in_executor(None, env.step, text)

@@ -120,3 +120,19 @@ def test_the_agent_loop_scores_a_golden_episode_1_and_a_wrong_answer_0(verl_setu
     env.reset(options={"index": 0})
     assert env.step(golden[0])[0] in tool_text  # the env's tool output, masked out
     assert list(output.non_tensor_batch["finish_reason"]) == ["stop", "stop"]
+
+
+def test_a_turn_cut_by_the_response_budget_ends_the_episode_unscored(verl_setup, gsm8k_sample):
+    config = verl_setup.copy()
+    config.actor_rollout_ref.rollout.response_length = 8
+    worker = AgentLoopWorker(config, llm_client=None)
+    dataset = RLHFDataset(config.data.train_files, worker.tokenizer, config.data)
+    env = gym.make("agentfly/GSM8K-Calc", data_files=str(gsm8k_sample))
+    _, info = env.reset(options={"index": 0})
+    golden = [a if isinstance(a, str) else json.dumps(a) for a in env.unwrapped.golden_actions()]
+    worker.llm_client = ScriptedServer(worker.tokenizer, {info["task"]["question"]: golden[-1:]})  # the answer
+
+    output = asyncio.run(worker.generate_sequences(DataProto.from_single_dict(collate_fn([dataset[0]]))))
+
+    assert output.batch["response_mask"].sum().item() == 8 and output.batch["rm_scores"].sum().item() == 0.0
+    assert list(output.non_tensor_batch["finish_reason"]) == ["length"]
