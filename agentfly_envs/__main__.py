@@ -5,17 +5,23 @@ answer), shows one transcript, and one episode of a sloppy agent whose mistakes 
 error observations. Runs offline on ``agentfly/Arith-Calc`` by default.
 
     python -m agentfly_envs --env-id agentfly/GSM8K-Calc --data-files ../shared/data/gsm8k/test.jsonl
+
+``python -m agentfly_envs serve ENV_ID --port N`` serves an env over HTTP in OpenEnv's protocol
+(:mod:`agentfly_envs.remote.server`; the ``openenv`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 from collections.abc import Sequence
 
 import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the envs)
+from agentfly_envs.errors import AgentflyError
 
 SLOPPY_TURNS = (
     '<tool_call>{"name": "calculator", "arguments": {"expression": "2 ^ 3",}}</tool_call>',  # trailing comma
@@ -26,6 +32,9 @@ SLOPPY_TURNS = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:
+        return serve(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m agentfly_envs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env-id", default="agentfly/Arith-Calc", help="registered env id")
     parser.add_argument("--episodes", type=int, default=200, help="golden episodes to replay")
@@ -67,6 +76,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     env.close()
     return 0 if solved == num_episodes else 1
+
+
+def serve(argv: Sequence[str]) -> int:
+    """``python -m agentfly_envs serve ENV_ID --port N`` (:mod:`agentfly_envs.remote.server`); returns the exit
+    status (2: the env cannot be built, or the ``openenv`` extra is missing)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m agentfly_envs serve", description="Serve an agentfly env over HTTP in OpenEnv's protocol."
+    )
+    parser.add_argument("env_id", help="registered env id, e.g. agentfly/GSM8K-Calc")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-sessions", type=int, default=256, help="sessions (envs) open at once")
+    parser.add_argument("--session-timeout", type=float, default=600.0, help="seconds before an idle session closes")
+    parser.add_argument("--env-kwargs", default="{}", help='gymnasium.make kwargs as JSON, e.g. \'{"level": "easy"}\'')
+    args = parser.parse_args(argv)
+    try:
+        kwargs = json.loads(args.env_kwargs)
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"--env-kwargs: a JSON object, not {type(kwargs).__name__}")
+        if args.max_sessions < 1 or args.session_timeout <= 0:
+            raise ValueError("--max-sessions must be >= 1 and --session-timeout > 0")
+        gym.make(args.env_id, disable_env_checker=True, **kwargs).close()  # before the server's slow imports
+        from agentfly_envs.remote.server import MAX_MESSAGE_BYTES, create_app
+    except (AgentflyError, gym.error.Error, ImportError, TypeError, ValueError) as error:
+        print(f"error: cannot serve {args.env_id}: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    app = create_app(args.env_id, kwargs, args.max_sessions, args.session_timeout)
+    print(f"serving {args.env_id} on http://{args.host}:{args.port} (OpenEnv protocol; WebSocket at /ws)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, ws_max_size=MAX_MESSAGE_BYTES, log_level="warning")
+    return 0
 
 
 if __name__ == "__main__":

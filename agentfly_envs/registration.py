@@ -150,8 +150,24 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
 """
 
 
+ADAPTER_ENVS: dict[str, str] = {
+    "agentfly/Remote": "agentfly_envs.remote.client:HTTPEnv",
+    "agentfly/Verifiers": "agentfly_envs.adapters.verifiers:VerifiersEnv",
+}
+"""Ids of envs that play other servers' and libraries' environments -> their entry points (no default kwargs):
+
+- ``agentfly/Remote``: an env on a server speaking OpenEnv's protocol (``url=``; ours from
+  ``python -m agentfly_envs serve``, or any OpenEnv env); ``agent.env=openenv:<url>`` in the trainer.
+- ``agentfly/Verifiers``: a verifiers taskset (``taskset=<module>``); ``agent.env=verifiers:<module>``.
+"""
+
+
 def register_envs() -> None:
-    """Registers every id in :data:`ENVIRONMENTS` (ids already registered are left alone)."""
+    """Registers every id in :data:`ENVIRONMENTS` and :data:`ADAPTER_ENVS` (ids already registered are left
+    alone)."""
     for env_id, kwargs in ENVIRONMENTS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=ENTRY_POINT, kwargs=kwargs)
+    for env_id, entry_point in ADAPTER_ENVS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point)

@@ -140,6 +140,13 @@ def _eval(overrides: list[str], config_files: list[str], samples: int) -> None:
         f"{config.env_id}: accuracy {stats['accuracy']:.3f}, mean reward {stats['reward/mean']:.3f} "
         f"over {len(records)} episodes; trajectories in {path}"
     )
+    k, level = config.eval.k, round(config.eval.confidence * 100)
+    print(
+        f"pass@{k} {stats['pass@k']:.3f} [{level}% CI {stats['pass@k_ci'][0]:.3f}, {stats['pass@k_ci'][1]:.3f}], "
+        f"mean@{k} {stats['mean@k']:.3f} [{stats['mean@k_ci'][0]:.3f}, {stats['mean@k_ci'][1]:.3f}] "
+        f"over {len(records) // config.eval.samples} tasks x {config.eval.samples} samples; per task in "
+        f"{path.parent / 'eval_pass_at_k.json'}"
+    )
 
 
 def _report(arguments: list[str], out: str | None) -> int:

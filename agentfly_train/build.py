@@ -33,7 +33,12 @@ def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
     when no ``data.val_files`` are given).
     """
     agent = config.agent
-    kwargs: dict[str, Any] = {**agent.env_kwargs, "parser": AGENT_TYPES[agent.agent_type], "max_turns": agent.turns}
+    kwargs: dict[str, Any] = {
+        **config.env_source_kwargs,
+        **agent.env_kwargs,
+        "parser": AGENT_TYPES[agent.agent_type],
+        "max_turns": agent.turns,
+    }
     files = config.data.val_files if validation else config.data.train_files
     if agent.env is None or (files and takes_data_files(agent.env, kwargs)):  # the files' rows, never the Hub's
         kwargs["data_files"] = files
@@ -84,7 +89,7 @@ def make_env(config: TrainConfig, validation: bool = False) -> gym.Env:
     key = "data.val_files" if validation else "data.train_files"
     try:
         return gym.make(config.env_id, **env_kwargs(config, validation))
-    except AgentflyError as error:
+    except (AgentflyError, RemoteEnvError, ImportError) as error:  # also a server or a module that is not there
         where = key if config.agent.env is None else f"agent.env={config.agent.env}"
         raise ConfigError(f"{where}: {_one_line(error)}") from None
     except (TypeError, ValueError) as error:

@@ -43,7 +43,7 @@ def _envs() -> list[tuple[str, str]]:
             continue
         kwargs = spec.kwargs or {}
         parts = [f"{key}={kwargs[key]!r}" for key in ("task", "world", "tools", "reward") if key in kwargs]
-        rows.append((env_id, ", ".join(parts)))
+        rows.append((env_id, ", ".join(parts) or f"entry_point={spec.entry_point!r}"))
     return rows
 
 

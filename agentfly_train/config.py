@@ -59,9 +59,10 @@ class AgentConfig:
     """The agent: which env, how the model talks to it, and the rollout budgets.
 
     Attributes:
-        env: Registered env id (``agentfly/...``); ``null`` (AgentFly's way) builds the env from the guide's parts:
-            the rows of ``data.train_files`` (``agentfly/Files``), ``agent.tools``, ``agent.reward_name`` and
-            ``agent.agent_type``.
+        env: Registered env id (``agentfly/...``), ``openenv:<url>`` (an env on a server speaking OpenEnv's
+            protocol) or ``verifiers:<module>`` (a verifiers taskset); ``null`` (AgentFly's way) builds the env from
+            the guide's parts: the rows of ``data.train_files`` (``agentfly/Files``), ``agent.tools``,
+            ``agent.reward_name`` and ``agent.agent_type``.
         env_kwargs: Extra ``gymnasium.make`` keyword arguments (e.g. ``level`` for Arith-Calc).
         tool_options: Per-tool options, ``{tool: {option: value}}`` (the env's ``tool_options``), e.g.
             ``{google_search: {backend: bm25, corpus_file: wiki.jsonl}}``.
@@ -554,6 +555,27 @@ class CustomRewardFunctionConfig:
 
 
 @dataclass
+class EvalConfig:
+    """``python -m agentfly_train eval``: how many samples per task and the k of pass@k and mean@k.
+
+    Attributes:
+        k: The k of pass@k (the chance that at least one of k samples is correct) and mean@k (the mean reward of
+            k samples), estimated without bias from ``n`` samples per task (Chen et al., 2021).
+        n: Samples per validation task (``null``: ``k``); at least ``k``.
+        confidence: The level of the confidence intervals (over tasks), e.g. 0.95.
+    """
+
+    k: int = 1
+    n: int | None = None
+    confidence: float = 0.95
+
+    @property
+    def samples(self) -> int:
+        """Samples per task: ``n``, or ``k`` when unset."""
+        return self.n if self.n is not None else self.k
+
+
+@dataclass
 class TrainConfig:
     """The whole configuration; its defaults are the training guide's (the quickstart is the preset
     :data:`QUICKSTART`)."""
@@ -566,6 +588,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sft: SFTWarmupConfig = field(default_factory=SFTWarmupConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     @property
     def user_code(self) -> UserCode:
@@ -582,8 +605,19 @@ class TrainConfig:
 
     @property
     def env_id(self) -> str:
-        """The env: ``agent.env`` if set, else :data:`FILES_ENV` over ``data.train_files``."""
-        return self.agent.env or FILES_ENV
+        """The env's Gymnasium id: ``agent.env`` (``openenv:<url>`` and ``verifiers:<module>`` resolved by
+        :func:`agentfly_envs.sources.resolve_env`) if set, else :data:`FILES_ENV` over ``data.train_files``."""
+        from agentfly_envs.sources import resolve_env
+
+        return resolve_env(self.agent.env)[0] if self.agent.env else FILES_ENV
+
+    @property
+    def env_source_kwargs(self) -> dict[str, Any]:
+        """The kwargs an ``agent.env`` source prefix stands for (``{"url": ...}`` for ``openenv:<url>``), else
+        ``{}``."""
+        from agentfly_envs.sources import resolve_env
+
+        return resolve_env(self.agent.env)[1] if self.agent.env else {}
 
     @property
     def model_path(self) -> str:
@@ -846,9 +880,14 @@ def validate(config: TrainConfig) -> None:
 
     agent, algorithm, data = config.agent, config.algorithm, config.data
     actor, rollout, trainer = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.trainer
-    if agent.env is not None and agent.env not in gym.registry:
-        known = sorted(name for name in gym.registry if name.startswith("agentfly/"))
-        check_choice("agent.env", agent.env, known)
+    if agent.env is not None:
+        try:
+            env_id = config.env_id
+        except ValueError as error:
+            raise ConfigError(f"agent.env={agent.env}: {error}") from None
+        if env_id not in gym.registry:
+            known = sorted(name for name in gym.registry if name.startswith("agentfly/"))
+            check_choice("agent.env", agent.env, known)
     _validate_data_files(config)
     _validate_model_path(config)
     check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
@@ -926,6 +965,13 @@ def validate(config: TrainConfig) -> None:
         )
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+    check_positive("eval.k", config.eval.k)
+    if config.eval.samples < config.eval.k:
+        raise ConfigError(
+            f"eval.n={config.eval.n} samples per task cannot estimate pass@{config.eval.k}: set eval.n >= eval.k"
+        )
+    if not 0.0 < config.eval.confidence < 1.0:
+        raise ConfigError(f"eval.confidence must be in (0, 1), got {config.eval.confidence}")
     backend.check(config)
     _validate_env_runtime(rollout)
     _validate_algorithm(config)

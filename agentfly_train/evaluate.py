@@ -1,9 +1,11 @@
-"""Evaluation: a model and an env id in, accuracy, mean reward and trajectories out."""
+"""Evaluation: a model and an env id in, accuracy, mean reward, pass@k and mean@k, and trajectories out."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,71 @@ episodes were (env and its kwargs, tools, reward, format, chat template, data, t
 NOT_FROM_RUN = ("model_name_or_path", "backend")
 """Keys of ``agent`` left at their defaults: the model is the one named on the command line, and the generation
 backend is ``actor_rollout_ref.rollout.name`` as eval is configured (``hf`` unless set)."""
+
+
+KSCORES_FILE = "eval_pass_at_k.json"
+"""The per-task and overall pass@k and mean@k of an eval, written beside ``eval.jsonl``."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from ``n`` samples of which ``c`` are correct (Chen et al., 2021):
+    ``1 - C(n - c, k) / C(n, k)``, the chance that k samples drawn without replacement include a correct one.
+
+    Example:
+        >>> pass_at_k(4, 1, 1), pass_at_k(4, 1, 2), pass_at_k(4, 3, 2), pass_at_k(4, 0, 4)
+        (0.25, 0.5, 1.0, 0.0)
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def mean_interval(values: Sequence[float], confidence: float) -> list[float]:
+    """The normal-approximation confidence interval of the mean of ``values`` (mean ± z · s / √T over the T
+    values; a single value gives a zero-width interval).
+
+    Example:
+        >>> [round(x, 3) for x in mean_interval([0.0, 1.0, 1.0, 0.0], 0.95)]
+        [-0.066, 1.066]
+    """
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return [mean, mean]
+    half = statistics.NormalDist().inv_cdf((1 + confidence) / 2) * statistics.stdev(values) / math.sqrt(len(values))
+    return [mean - half, mean + half]
+
+
+def k_scores(outcomes: Sequence[Sequence[tuple[bool, float]]], k: int, confidence: float = 0.95) -> dict[str, Any]:
+    """pass@k and mean@k per task and over tasks.
+
+    Args:
+        outcomes: Per task, its n samples as ``(correct, reward)`` (n >= k).
+        k: The k of pass@k and mean@k.
+        confidence: The level of the intervals over tasks.
+
+    Returns:
+        ``{"k", "confidence", "tasks": [{"task", "n", "correct", "pass@k", "mean@k"}], "overall": {"pass@k",
+        "pass@k_ci", "mean@k", "mean@k_ci", "tasks"}}``; mean@k (the expected mean reward of k samples) is the mean
+        of all n, which is its unbiased estimate; the overall figures are means over tasks.
+    """
+    tasks = [
+        {
+            "task": index,
+            "n": len(samples),
+            "correct": sum(correct for correct, _ in samples),
+            "pass@k": pass_at_k(len(samples), sum(correct for correct, _ in samples), k),
+            "mean@k": statistics.fmean(reward for _, reward in samples),
+        }
+        for index, samples in enumerate(outcomes)
+    ]
+    overall: dict[str, Any] = {"tasks": len(tasks)}
+    for name in ("pass@k", "mean@k"):
+        values = [task[name] for task in tasks]
+        overall[name] = statistics.fmean(values)
+        overall[f"{name}_ci"] = mean_interval(values, confidence)
+    return {"k": k, "confidence": confidence, "tasks": tasks, "overall": overall}
 
 
 def run_settings(model_path: str) -> tuple[str, dict[str, Any]] | None:
@@ -102,7 +169,9 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
 
     Returns:
         ``(statistics, trajectory records, path of eval.jsonl)``; statistics as in
-        :func:`~agentfly_train.rollout.summarize` (``accuracy``, ``reward/mean``, ...).
+        :func:`~agentfly_train.rollout.summarize` (``accuracy``, ``reward/mean``, ...) plus ``pass@k``,
+        ``mean@k`` and their intervals ``pass@k_ci``, ``mean@k_ci`` (:func:`k_scores` over ``eval.n`` samples of each
+        task, also written with the per-task figures to :data:`KSCORES_FILE` beside ``eval.jsonl``).
     """
     from agentfly_train.build import agent_rollout, env_kwargs, has_validation, make_codec, make_env, val_rows
     from agentfly_train.generation import GENERATION_BACKENDS, Policy, build_backend
@@ -123,9 +192,12 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     backend = build_backend(config, Policy.plain(model, tokenizer))
     if backend.has_own_weights:
         backend.load_weights(engine_weights(model))
+    samples = config.eval.samples
     agent = agent_rollout(config, codec, kwargs)
     try:
-        stats, trajectories = agent.evaluate(backend, rows, config.data.val_batch_size)
+        stats, trajectories = agent.evaluate(
+            backend, [row for row in rows for _ in range(samples)], config.data.val_batch_size
+        )
     finally:
         agent.close()
         backend.close()
@@ -133,4 +205,11 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     path = Path(config.trainer.default_local_dir) / "eval.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    outcomes = [
+        [(t.correct, t.reward) for t in trajectories[start : start + samples]]
+        for start in range(0, len(trajectories), samples)
+    ]
+    scores = {"env": config.env_id, **k_scores(outcomes, config.eval.k, config.eval.confidence)}
+    (path.parent / KSCORES_FILE).write_text(json.dumps(scores, indent=1))
+    stats.update({f"{name}": value for name, value in scores["overall"].items() if name != "tasks"})
     return stats, records, path

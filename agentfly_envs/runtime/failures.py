@@ -18,17 +18,20 @@ FAILURE_KINDS = ("actor_died", "timeout")
 
 
 class WorkerLost(Exception):
-    """A call found its host dead (``actor_died``) or ran past the step timeout (``timeout``).
+    """A call found its host dead or unreachable, ran past the step timeout, or was refused.
 
     Attributes:
-        kind: One of :data:`FAILURE_KINDS`.
+        kind: One of :data:`FAILURE_KINDS`, or for an ``agentfly/Remote`` env ``server_lost`` (its server stopped
+            answering) or ``refused`` (its server refused the turn).
         tool: The tool that was running when the step timed out, when known.
+        detail: What the host said, for ``refused``.
     """
 
-    def __init__(self, kind: str, tool: str | None = None) -> None:
+    def __init__(self, kind: str, tool: str | None = None, detail: str | None = None) -> None:
         super().__init__(kind)
         self.kind = kind
         self.tool = tool
+        self.detail = detail
 
 
 class FailureCounts:
@@ -72,6 +75,10 @@ def lost_episode(
     if lost.kind == "timeout":
         where = f" (in tool {lost.tool!r})" if lost.tool else ""
         text = f"Error: the environment step timed out after {step_timeout:g} s{where}; the episode ends here."
+    elif lost.kind == "server_lost":
+        text = "Error: the environment server stopped answering; the episode ends here."
+    elif lost.kind == "refused":
+        text = f"Error: the environment server refused the turn: {lost.detail}; the episode ends here."
     else:
         text = "Error: the worker running this environment died; the episode ends here."
     info = {

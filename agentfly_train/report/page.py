@@ -57,6 +57,7 @@ def render(data: RunData) -> str:
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "summary": _summary(data),
         "groups": chart_data(data.metrics),
+        "pass_at_k": data.pass_at_k,
         "samples": {split: {str(step): rows for step, rows in steps.items()} for split, steps in data.samples.items()},
         "problems": data.problems,
     }

@@ -27,6 +27,8 @@ class RunData:
         samples: Split (``val``/``train``) -> step -> episode records (``trajectory_record`` lines).
         config: ``config.json``, if readable.
         result: ``result.json``, if readable.
+        pass_at_k: ``eval_pass_at_k.json`` (what ``python -m agentfly_train eval`` writes: ``env``, ``k``,
+            ``confidence``, ``overall`` and per-task ``tasks``), if present and well formed.
         problems: One sentence per thing missing or unreadable.
     """
 
@@ -35,6 +37,7 @@ class RunData:
     samples: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] = field(default_factory=dict)
+    pass_at_k: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
 
@@ -108,6 +111,19 @@ def _samples(run_dir: Path, split: str, problems: list[str]) -> dict[int, list[d
     return dict(sorted(steps.items()))
 
 
+def _pass_at_k(run_dir: Path, problems: list[str]) -> dict[str, Any]:
+    from agentfly_train.evaluate import KSCORES_FILE
+
+    scores = _read_json(run_dir / KSCORES_FILE, problems)
+    if not scores:
+        return {}
+    tasks, overall = scores.get("tasks"), scores.get("overall")
+    if not (isinstance(tasks, list) and all(isinstance(t, dict) for t in tasks) and isinstance(overall, dict)):
+        problems.append(f"{KSCORES_FILE} lacks its overall figures or its list of tasks; ignored")
+        return {}
+    return scores
+
+
 def load_run(run_dir: str | Path) -> RunData:
     """Everything the report shows from ``run_dir`` (which must exist), with a sentence per missing piece."""
     run_dir = Path(run_dir)
@@ -115,6 +131,7 @@ def load_run(run_dir: str | Path) -> RunData:
     data.metrics = _metrics(run_dir, data.problems)
     data.config = _read_json(run_dir / "config.json", data.problems)
     data.result = _read_json(run_dir / "result.json", data.problems)
+    data.pass_at_k = _pass_at_k(run_dir, data.problems)
     data.samples = {split: _samples(run_dir, split, data.problems) for split in SAMPLE_DIRS}
     if not data.samples["val"]:
         data.problems.append(

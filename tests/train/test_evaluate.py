@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
+
 from agentfly_train.__main__ import main
 from agentfly_train.config import QUICKSTART, load_config
-from agentfly_train.evaluate import eval_config
+from agentfly_train.evaluate import eval_config, k_scores, pass_at_k
 
 
 def test_eval_command_writes_one_trajectory_per_validation_row(tmp_path, capsys):
@@ -17,19 +21,55 @@ def test_eval_command_writes_one_trajectory_per_validation_row(tmp_path, capsys)
             "eval",
             "--config",
             "quickstart",
-            "data.val_size=3",
+            "data.val_size=2",
             "actor_rollout_ref.model.tiny_hidden_size=32",
             "agent.max_tokens_per_turn=8",
+            "agent.max_turns=2",
             f"trainer.default_local_dir={tmp_path}",
+            "eval.k=2",
+            "eval.n=2",
             "--samples",
             "1",
         ]
     )
     assert status == 0
     records = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
-    assert len(records) == 3
+    assert len(records) == 4  # 2 tasks x eval.n samples, each task's samples together
     assert all(r["messages"][0]["role"] == "system" and r["messages"][-1]["role"] == "assistant" for r in records)
-    assert "agentfly/Arith-Calc: accuracy" in capsys.readouterr().out
+    assert records[0]["messages"][1] == records[1]["messages"][1] != records[2]["messages"][1]
+    out = capsys.readouterr().out
+    assert "agentfly/Arith-Calc: accuracy" in out and "pass@2 " in out and "over 2 tasks x 2 samples" in out
+    scores = json.loads((tmp_path / "eval_pass_at_k.json").read_text())
+    assert [task["n"] for task in scores["tasks"]] == [2, 2] and scores["k"] == 2
+    for task, start in zip(scores["tasks"], (0, 2), strict=True):
+        assert task["correct"] == sum(r["correct"] for r in records[start : start + 2])
+        assert task["mean@k"] == pytest.approx(sum(r["reward"] for r in records[start : start + 2]) / 2)
+
+
+def test_pass_at_k_is_the_unbiased_estimate_on_a_scripted_policy():
+    """A scripted policy solves task t with probability p_t; pass@k from n samples equals the mean over every k-subset
+    of the samples (what the estimator is unbiased for), and over many tasks it lands on 1 - (1 - p)^k."""
+    rng = random.Random(0)
+    rates = [0.0, 0.1, 0.5, 0.9, 1.0] * 40
+    outcomes = [[(rng.random() < p, float(rng.random() < p)) for _ in range(8)] for p in rates]
+    for k in (1, 3, 8):
+        scores = k_scores(outcomes, k)
+        for task, samples in zip(scores["tasks"], outcomes, strict=True):
+            subsets = list(itertools.combinations([correct for correct, _ in samples], k))
+            assert task["pass@k"] == pytest.approx(sum(any(subset) for subset in subsets) / len(subsets))
+        for rate in set(rates):
+            estimates = [task["pass@k"] for task, p in zip(scores["tasks"], rates, strict=True) if p == rate]
+            assert sum(estimates) / len(estimates) == pytest.approx(1 - (1 - rate) ** k, abs=0.12)
+        low, high = scores["overall"]["pass@k_ci"]
+        assert low < sum(1 - (1 - p) ** k for p in rates) / len(rates) < high
+    assert pass_at_k(5, 0, 3) == 0.0 and pass_at_k(5, 3, 3) == 1.0
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        pass_at_k(2, 1, 3)
+
+
+def test_eval_k_above_its_samples_is_a_config_error(capsys):
+    assert main(["eval", "--config", "quickstart", "eval.k=4", "eval.n=2"]) == 2
+    assert "eval.n=2 samples per task cannot estimate pass@4: set eval.n >= eval.k" in capsys.readouterr().err
 
 
 def _run_dir(tmp_path: Path, overrides: list[str]) -> Path:

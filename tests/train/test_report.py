@@ -252,6 +252,42 @@ def test_truncated_and_malformed_lines_are_skipped_and_named(tmp_path):
     assert "Policy loss" in groups["Optimisation"]["missing"]  # loss was NaN only
 
 
+def eval_scores() -> dict:
+    """What ``python -m agentfly_train eval`` writes for three tasks of three samples, k = 2."""
+    from agentfly_train.evaluate import k_scores
+
+    outcomes = [[(True, 1.0), (False, 0.0), (True, 1.0)], [(False, 0.0)] * 3, [(True, 1.0)] * 3]
+    return {"env": "agentfly/Arith-Calc", **k_scores(outcomes, k=2)}
+
+
+def test_eval_pass_at_k_is_read_and_a_malformed_file_is_named(tmp_path):
+    scores = eval_scores()
+    (tmp_path / "eval_pass_at_k.json").write_text(json.dumps(scores))
+    assert load_run(tmp_path).pass_at_k == scores
+    (tmp_path / "eval_pass_at_k.json").write_text(json.dumps({"k": 2, "tasks": "all"}))
+    data = load_run(tmp_path)
+    assert data.pass_at_k == {}
+    assert "eval_pass_at_k.json lacks its overall figures or its list of tasks; ignored" in data.problems
+
+
+@pytest.mark.slow
+def test_report_shows_eval_pass_at_k_as_a_table(tmp_path, browser):
+    (tmp_path / "eval_pass_at_k.json").write_text(json.dumps(eval_scores()))
+    open_page(browser, build_report(tmp_path))
+    table = browser.find_element("id", "pass-at-k-table")
+    assert browser.find_element("id", "evaluation").is_displayed()
+    rows = [
+        [cell.text for cell in row.find_elements("css selector", "th, td")]
+        for row in table.find_elements("css selector", "tr")
+    ]
+    low, high = eval_scores()["overall"]["pass@k_ci"]
+    assert rows[0] == ["task", "samples", "correct", "pass@2", "mean@2"]
+    assert rows[1][0] == "overall (3 tasks)" and rows[1][3] == f"0.6667 [{low:.4g}, {high:.4g}]"
+    assert rows[2:] == [["0", "3", "2", "1", "0.6667"], ["1", "3", "0", "0", "0"], ["2", "3", "3", "1", "1"]]
+    assert "agentfly/Arith-Calc: k = 2" in table.find_element("css selector", "caption").text
+    assert console_errors(browser) == []
+
+
 def test_chart_prefixes_drop_series_that_stay_zero():
     records = [
         {"step": 1, "episode/tool_error_rate/parse_error": 0.5, "episode/tool_error_rate/unknown_tool": 0.0},
@@ -290,6 +326,7 @@ def test_empty_and_broken_runs_give_pages_that_say_what_is_missing(tmp_path, bro
     assert "no metrics.jsonl" in notes and "no validation episodes" in notes and "log_train_generations" in notes
     assert "No curves" in browser.find_element("id", "curves").text
     assert "No saved episodes" in browser.find_element("id", "episodes").text
+    assert not browser.find_element("id", "evaluation").is_displayed()  # no eval_pass_at_k.json
     assert console_errors(browser) == []
 
     (tmp_path / "broken").mkdir()

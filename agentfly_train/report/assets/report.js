@@ -251,6 +251,38 @@ function setUpEpisodes() {
   onSplitChange();
 }
 
+// --- evaluation (eval_pass_at_k.json) -------------------------------------------------------------------------
+
+function withInterval(value, interval) {
+  return interval ? `${fmt(value)} [${fmt(interval[0])}, ${fmt(interval[1])}]` : fmt(value);
+}
+
+function renderPassAtK() {
+  const scores = DATA.pass_at_k;
+  if (!scores || !scores.tasks) return;
+  const k = scores.k;
+  const overall = scores.overall;
+  const level = `${fmt(100 * scores.confidence)}% CI`;
+  const head = el("tr", {}, ["task", "samples", "correct", `pass@${k}`, `mean@${k}`].map((name) => el("th", {}, name)));
+  const total = el(
+    "tr",
+    { class: "overall" },
+    el("td", {}, `overall (${overall.tasks} tasks)`),
+    el("td", {}),
+    el("td", {}),
+    el("td", {}, withInterval(overall["pass@k"], overall["pass@k_ci"])),
+    el("td", {}, withInterval(overall["mean@k"], overall["mean@k_ci"])),
+  );
+  const rows = scores.tasks.map((task) =>
+    el("tr", {}, [task.task, task.n, task.correct, task["pass@k"], task["mean@k"]].map((v) => el("td", {}, fmt(v)))),
+  );
+  const caption = el("caption", {}, `${scores.env || "eval"}: k = ${k}; overall figures are means over tasks (${level})`);
+  document.getElementById("pass-at-k").append(el("table", { id: "pass-at-k-table" }, caption, head, total, rows));
+  document.getElementById("evaluation").hidden = false;
+  document.getElementById("nav-evaluation").hidden = false;
+}
+
 renderHeader();
 renderCharts();
+renderPassAtK();
 setUpEpisodes();
