@@ -562,7 +562,7 @@ class EvalConfig:
         k: The k of pass@k (the chance that at least one of k samples is correct) and mean@k (the mean reward of
             k samples), estimated without bias from ``n`` samples per task (Chen et al., 2021).
         n: Samples per validation task (``null``: ``k``); at least ``k``.
-        confidence: The level of the confidence intervals (over tasks), e.g. 0.95.
+        confidence: The level of the bootstrap confidence intervals (per task, and over tasks), e.g. 0.95.
     """
 
     k: int = 1

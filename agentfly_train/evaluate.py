@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,41 +51,58 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def mean_interval(values: Sequence[float], confidence: float) -> list[float]:
-    """The normal-approximation confidence interval of the mean of ``values`` (mean ± z · s / √T over the T
-    values; a single value gives a zero-width interval).
+BOOTSTRAP_RESAMPLES = 2000
+"""Resamples of a percentile-bootstrap interval (seeded: the same outcomes give the same interval)."""
+
+
+def bootstrap_interval(
+    items: Sequence[Any], statistic: Callable[[Sequence[Any]], float], confidence: float
+) -> list[float]:
+    """The percentile-bootstrap confidence interval of ``statistic(items)``: ``items`` resampled with replacement
+    :data:`BOOTSTRAP_RESAMPLES` times (seed 0), the interval the central ``confidence`` share of the resampled
+    statistics spans. It stays within the statistic's range (pass@k within [0, 1]), where a normal approximation
+    over few tasks does not.
 
     Example:
-        >>> [round(x, 3) for x in mean_interval([0.0, 1.0, 1.0, 0.0], 0.95)]
-        [-0.066, 1.066]
+        >>> bootstrap_interval([0.0, 1.0, 1.0, 0.0], statistics.fmean, 0.95)
+        [0.0, 1.0]
     """
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return [mean, mean]
-    half = statistics.NormalDist().inv_cdf((1 + confidence) / 2) * statistics.stdev(values) / math.sqrt(len(values))
-    return [mean - half, mean + half]
+    rng = random.Random(0)
+    stats = sorted(statistic(rng.choices(items, k=len(items))) for _ in range(BOOTSTRAP_RESAMPLES))
+    tail = (1 - confidence) / 2
+    return [stats[int(tail * (len(stats) - 1))], stats[math.ceil((1 - tail) * (len(stats) - 1))]]
 
 
 def k_scores(outcomes: Sequence[Sequence[tuple[bool, float]]], k: int, confidence: float = 0.95) -> dict[str, Any]:
-    """pass@k and mean@k per task and over tasks.
+    """pass@k and mean@k per task and over tasks, each with its :func:`bootstrap_interval` (per task over its
+    samples, overall over tasks).
 
     Args:
         outcomes: Per task, its n samples as ``(correct, reward)`` (n >= k).
         k: The k of pass@k and mean@k.
-        confidence: The level of the intervals over tasks.
+        confidence: The level of the intervals.
 
     Returns:
-        ``{"k", "confidence", "tasks": [{"task", "n", "correct", "pass@k", "mean@k"}], "overall": {"pass@k",
-        "pass@k_ci", "mean@k", "mean@k_ci", "tasks"}}``; mean@k (the expected mean reward of k samples) is the mean
-        of all n, which is its unbiased estimate; the overall figures are means over tasks.
+        ``{"k", "confidence", "tasks": [{"task", "n", "correct", "pass@k", "pass@k_ci", "mean@k", "mean@k_ci"}],
+        "overall": {"pass@k", "pass@k_ci", "mean@k", "mean@k_ci", "tasks"}}``; mean@k (the expected mean reward of
+        k samples) is the mean of all n, which is its unbiased estimate; the overall figures are means over tasks.
     """
+
+    def task_pass(samples: Sequence[tuple[bool, float]]) -> float:
+        return pass_at_k(len(samples), sum(correct for correct, _ in samples), k)
+
+    def task_mean(samples: Sequence[tuple[bool, float]]) -> float:
+        return statistics.fmean(reward for _, reward in samples)
+
     tasks = [
         {
             "task": index,
             "n": len(samples),
             "correct": sum(correct for correct, _ in samples),
-            "pass@k": pass_at_k(len(samples), sum(correct for correct, _ in samples), k),
-            "mean@k": statistics.fmean(reward for _, reward in samples),
+            "pass@k": task_pass(samples),
+            "pass@k_ci": bootstrap_interval(samples, task_pass, confidence),
+            "mean@k": task_mean(samples),
+            "mean@k_ci": bootstrap_interval(samples, task_mean, confidence),
         }
         for index, samples in enumerate(outcomes)
     ]
@@ -92,7 +110,7 @@ def k_scores(outcomes: Sequence[Sequence[tuple[bool, float]]], k: int, confidenc
     for name in ("pass@k", "mean@k"):
         values = [task[name] for task in tasks]
         overall[name] = statistics.fmean(values)
-        overall[f"{name}_ci"] = mean_interval(values, confidence)
+        overall[f"{name}_ci"] = bootstrap_interval(values, statistics.fmean, confidence)
     return {"k": k, "confidence": confidence, "tasks": tasks, "overall": overall}
 
 

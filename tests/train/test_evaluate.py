@@ -57,11 +57,17 @@ def test_pass_at_k_is_the_unbiased_estimate_on_a_scripted_policy():
         for task, samples in zip(scores["tasks"], outcomes, strict=True):
             subsets = list(itertools.combinations([correct for correct, _ in samples], k))
             assert task["pass@k"] == pytest.approx(sum(any(subset) for subset in subsets) / len(subsets))
+            for name in ("pass@k", "mean@k"):
+                low, high = task[f"{name}_ci"]
+                assert 0.0 <= low <= task[name] <= high <= 1.0
         for rate in set(rates):
             estimates = [task["pass@k"] for task, p in zip(scores["tasks"], rates, strict=True) if p == rate]
             assert sum(estimates) / len(estimates) == pytest.approx(1 - (1 - rate) ** k, abs=0.12)
         low, high = scores["overall"]["pass@k_ci"]
-        assert low < sum(1 - (1 - p) ** k for p in rates) / len(rates) < high
+        assert 0.0 <= low < sum(1 - (1 - p) ** k for p in rates) / len(rates) < high <= 1.0
+    few = k_scores([[(True, 1.0)] * 2, [(False, 0.0)] * 2, [(True, 1.0), (False, 0.0)]], 1)
+    low, high = few["overall"]["pass@k_ci"]  # a normal approximation gives [-0.07, 1.07]
+    assert 0.0 <= low <= high <= 1.0
     assert pass_at_k(5, 0, 3) == 0.0 and pass_at_k(5, 3, 3) == 1.0
     with pytest.raises(ValueError, match="1 <= k <= n"):
         pass_at_k(2, 1, 3)

@@ -262,7 +262,6 @@ function renderPassAtK() {
   if (!scores || !scores.tasks) return;
   const k = scores.k;
   const overall = scores.overall;
-  const level = `${fmt(100 * scores.confidence)}% CI`;
   const head = el("tr", {}, ["task", "samples", "correct", `pass@${k}`, `mean@${k}`].map((name) => el("th", {}, name)));
   const total = el(
     "tr",
@@ -274,9 +273,15 @@ function renderPassAtK() {
     el("td", {}, withInterval(overall["mean@k"], overall["mean@k_ci"])),
   );
   const rows = scores.tasks.map((task) =>
-    el("tr", {}, [task.task, task.n, task.correct, task["pass@k"], task["mean@k"]].map((v) => el("td", {}, fmt(v)))),
+    el("tr", {}, [
+      el("td", {}, fmt(task.task)),
+      el("td", {}, fmt(task.n)),
+      el("td", {}, fmt(task.correct)),
+      el("td", {}, withInterval(task["pass@k"], task["pass@k_ci"])),
+      el("td", {}, withInterval(task["mean@k"], task["mean@k_ci"])),
+    ]),
   );
-  const caption = el("caption", {}, `${scores.env || "eval"}: k = ${k}; overall figures are means over tasks (${level})`);
+  const caption = el("caption", {}, `${scores.env || "eval"}: k = ${k}; overall figures are means over tasks; [intervals]: ${fmt(100 * scores.confidence)}% bootstrap confidence intervals`);
   document.getElementById("pass-at-k").append(el("table", { id: "pass-at-k-table" }, caption, head, total, rows));
   document.getElementById("evaluation").hidden = false;
   document.getElementById("nav-evaluation").hidden = false;
