@@ -126,7 +126,10 @@ def choose_codec(
             f"agent.template: {_label(found)} renders past turns differently once later turns follow, so rollouts "
             "and the warm start use TRL's training variant of it, which keeps them"
         )
-    calls = family.tool_calls if response_template and family else f"{parser.name} parser"
+    if response_template:
+        calls = family.tool_calls if family else "read with the tokenizer's response template"
+    else:
+        calls = f"the {parser.name} parser's format"
     variant = " (TRL's training variant)" if codec.chat_template else ""
     codec.description = f"{_label(found)}{variant}; tool calls: {calls}; round trip ok"
     return codec
