@@ -193,3 +193,32 @@ def test_every_family_names_trl_templates_that_exist():
         assert name == family.name
         for template in family.templates:
             assert family.marker in trl_template(template)
+
+
+@pytest.mark.slow
+def test_the_guide_command_trains_a_qwen3_model_on_its_own_template(tmp_path):
+    import json
+    import sys
+
+    from agentfly_train.tiny_model import build_model
+    from tests.conftest import run_cli
+
+    tokenizer = family_tokenizer("qwen3")
+    tokenizer.pad_token = "<|endoftext|>" if "<|endoftext|>" in tokenizer.get_vocab() else tokenizer.eos_token
+    model_dir = tmp_path / "qwen3-tiny"
+    build_model(tokenizer, hidden_size=32, num_layers=1).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [sys.executable, "-m", "agentfly_train", "--no-progress", "algorithm.adv_estimator=grpo",
+         "data.train_files=./data/guide/math_train.json", "agent.tools=[calculator]", "agent.agent_type=hf",
+         "agent.reward_name=math_reward_string_equal", f"actor_rollout_ref.model.path={model_dir}",
+         "actor_rollout_ref.rollout.name=hf", "data.train_batch_size=2", "agent.num_chains=2", "agent.max_turns=2",
+         "agent.max_tokens_per_turn=16", "actor_rollout_ref.rollout.response_length=64", "data.val_size=0",
+         "trainer.total_training_steps=1", "trainer.logger=[console]", f"trainer.default_local_dir={run_dir}"]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "note: agent.template: the qwen3 chat template (TRL's qwen3) renders past turns" in result.stderr
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("step") == 1 and "reward/mean" in r for r in records), records
