@@ -26,8 +26,12 @@ def _renders_tools(tokenizer: Any, template: str | None, tools: list[dict[str, A
 
 
 def _tool_templates(tokenizer: Any) -> str:
-    """TRL's newest template of each family whose tool calls TRL reads."""
-    names = [family.templates[-1] for _, family in FAMILIES.items() if _response_template(tokenizer, family)]
+    """TRL's newest template of each family whose tool calls TRL reads and whose templates serve rollouts."""
+    names = [
+        family.templates[-1]
+        for _, family in FAMILIES.items()
+        if family.rollouts and _response_template(tokenizer, family)
+    ]
     return ", ".join(names)
 
 

@@ -33,6 +33,8 @@ class Family:
             renders role ``tool`` itself.
         end_of_turn: Tokens besides the tokenizer's EOS that end an assistant turn (gpt-oss ends a tool call with
             ``<|call|>``).
+        rollouts: Whether its templates can serve token-in/token-out rollouts (``False``: the start-up check refuses
+            them, e.g. Gemma 4 writes tool results inside the model's turn; ``tests/train/test_families.py``).
     """
 
     name: str
@@ -42,6 +44,7 @@ class Family:
     reasoning: str = ""
     tool_results: str | None = None
     end_of_turn: tuple[str, ...] = ()
+    rollouts: bool = True
 
 
 FAMILIES: Registry[Family] = Registry("model family", where="agentfly_train/chat_templates/families.py")
@@ -67,13 +70,21 @@ for _family in (
         "analysis channel",
         end_of_turn=("<|call|>",),
     ),
-    Family("glm4moe", "<arg_key>", ("glm4moe",), "<tool_call> <arg_key>/<arg_value>", "<think> ... </think>"),
+    Family(
+        "glm4moe",
+        "<arg_key>",
+        ("glm4moe",),
+        "<tool_call> <arg_key>/<arg_value>",
+        "<think> ... </think>",
+        rollouts=False,
+    ),
     Family(
         "nemotron_3",
         "<function=",
         ("nemotron_3_nano", "nemotron_3_super", "nemotron_3_ultra", "nemotron_3_5_lightning"),
         "<tool_call><function=...> XML",
         "<think> ... </think>",
+        rollouts=False,
     ),
     Family(
         "lfm2_5",
@@ -88,6 +99,7 @@ for _family in (
         ("gemma4", "gemma4_v2", "gemma4_v3", "gemma4_v4", "gemma4_v5"),
         "<|tool_call>call:NAME{...}",
         "<|channel>thought",
+        rollouts=False,
     ),
     Family("deepseek_v3", "<｜Assistant｜>", ("deepseekv3",), "none readable (no response template)"),
     Family(

@@ -121,6 +121,7 @@ def test_a_family_template_that_cannot_serve_rollouts_is_one_config_error(name):
     with pytest.raises(ConfigError, match=REFUSED[name]) as error:
         choose_codec(tokenizer, TOOLS, get_parser("tool_calls"), {}, opening, steps)
     assert str(error.value).startswith("agent.template: ") and "\n" not in str(error.value)
+    assert not detect_family(tokenizer, tokenizer.chat_template)[0].rollouts  # not suggested to users
 
 
 def test_malformed_native_calls_are_error_observations():
