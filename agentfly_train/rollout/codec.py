@@ -215,9 +215,14 @@ class ChatCodec:
         ids = self.prompt_ids(conversation)
         for action, env_messages in steps:
             turn = self.turn_ids(action)
-            read = read_calls(self.decode(turn))
+            decoded = self.decode(turn)
+            if isinstance(action, str) and isinstance(decoded, str) and decoded != action:
+                raise RoundTripError(
+                    f"the tokenizer does not decode the text it encodes: wrote {action[:60]!r}, read {decoded[:60]!r}"
+                )
+            read = read_calls(decoded)
             if read != read_calls(action):
-                raise TemplateError(
+                raise RoundTripError(
                     f"a tool call does not survive the round trip through the template and back: wrote "
                     f"{read_calls(action)}, read {read} from {self.tokenizer.decode(turn)!r}"
                 )

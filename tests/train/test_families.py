@@ -223,3 +223,14 @@ def test_the_guide_command_trains_a_qwen3_model_on_its_own_template(tmp_path):
     assert "note: agent.template: the qwen3 chat template (TRL's qwen3) renders past turns" in result.stderr
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("step") == 1 and "reward/mean" in r for r in records), records
+
+
+def test_a_tokenizer_that_loses_text_is_one_config_error_not_a_training_template():
+    tokenizer = family_tokenizer("qwen3")
+    tokenizer.backend_tokenizer.decoder = __import__("tokenizers").decoders.Strip(" ", 0, 0)  # drops byte-level text
+    env = gym.make("agentfly/Arith-Calc", parser="react", level="single")
+    _, info = env.reset(options={"index": 0})
+    golden = env.unwrapped.golden_actions()
+    steps = [(golden[0], env.step(golden[0])[4]["messages"]), (golden[1], [])]
+    with pytest.raises(ConfigError, match=r"^agent\.template: the tokenizer does not decode the text it encodes"):
+        choose_codec(tokenizer, info["tools"], env.unwrapped.parser, {}, info["messages"], steps)
