@@ -9,7 +9,9 @@ Every parser accepts both kinds of action. A message dict with ``tool_calls`` is
   ``Final Answer: ...``; the system prompt carries the format and the tool list.
 - ``code``: each fenced ```` ```python ```` block is a call of the ``python`` tool (or of a tool answering
   to that name, such as ``python_executor``); a plain ```` ``` ```` fence shows code without running it.
-- ``tool_calls``: structured messages only; text never contains a call.
+- ``tool_calls``: structured messages only; text never contains a call. The trainer's ``agent_type=hf`` uses
+  it: the trainer reads the model's own tool-call format with the chat template's family (transformers' response
+  parsing) and hands the env the message; a turn it cannot read carries ``parse_errors``.
 
 A parser never raises on agent output: a malformed call becomes an entry of ``ParseResult.errors``.
 Each parser can also write calls in its format (``format_calls``), the inverse of parsing, which
@@ -107,9 +109,17 @@ def call_from_object(obj: object, position: int) -> ToolCall | str:
 
 
 def parse_message(message: Mapping[str, Any]) -> ParseResult:
-    """Reads an OpenAI-style assistant message: ``{"content": str | None, "tool_calls": [...]}``."""
+    """Reads an OpenAI-style assistant message: ``{"content": str | None, "tool_calls": [...]}``, plus
+    ``parse_errors`` (a list of strings): why calls the reader of the model's text found could not be read.
+
+    Example:
+        >>> parse_message({"content": "", "parse_errors": ["the tool call cannot be read: bad JSON"]}).errors
+        ['the tool call cannot be read: bad JSON']
+    """
     content = message.get("content") or ""
     result = ParseResult(content if isinstance(content, str) else str(content))
+    errors = message.get("parse_errors") or []
+    result.errors.extend(str(error) for error in (errors if isinstance(errors, list) else [errors]))
     tool_calls = message.get("tool_calls") or []
     if not isinstance(tool_calls, Sequence) or isinstance(tool_calls, str):
         result.errors.append(f"'tool_calls' must be a list of calls, got {_snippet(repr(tool_calls))}")
@@ -126,6 +136,9 @@ class Parser(ABC):
     name: str = ""
     calls_only: str | None = None
     """The one tool this format can call (the env must have a tool answering to it), or ``None`` for any."""
+    reads_text: bool = True
+    """Whether calls are read from the assistant's text; ``False``: only from structured messages, so whoever
+    drives the env reads the model's text (the trainer, in the chat template's own tool-call format)."""
 
     def parse(self, action: Action) -> ParseResult:
         """Decodes an action; never raises on agent output.
@@ -313,6 +326,7 @@ class ToolCallsParser(Parser):
     """Structured assistant messages (``tool_calls``); plain text is always a final answer."""
 
     name = "tool_calls"
+    reads_text = False
 
     def parse_text(self, text: str) -> ParseResult:
         return ParseResult(text)

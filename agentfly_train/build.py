@@ -56,28 +56,42 @@ def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
 
 
 def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: dict[str, Any]) -> ChatCodec:
-    """The chat codec for the env's tools and format, checked to be prefix-preserving on a sample episode
-    (the task's golden episode, or two generic turns when the task has no golden solution).
+    """The chat codec for the env's tools and format, checked on a sample episode (the task's golden episode, after a
+    call of the env's first tool where it calls none; :func:`~agentfly_train.chat_templates.choice.choose_codec`).
 
     Raises:
-        TemplateError: the template rewrites earlier turns, so token-in/token-out rollouts are impossible.
+        ConfigError: the template cannot serve the run (one line naming ``agent.template`` or ``agent.agent_type``).
     """
+    from agentfly_train.chat_templates.choice import choose_codec
+
     _, info = env.reset(options={"task": sample_task})
-    tools = info["tools"] if config.agent.agent_type == "hf" and info["tools"] else None
-    codec = ChatCodec(tokenizer, tools)
+    parser = env.unwrapped.parser
     try:
         actions = env.unwrapped.golden_actions()
     except AgentflyError:
-        actions = ["Let me think about it.", "The answer is 42."]
-    turns = []
+        actions = ["The answer is 42."]
+    if not any(parser.parse(action).calls for action in actions):  # the check needs a call and its result
+        actions = [*_probe_call(parser, info["tools"]), *actions]
+    steps = []
     for action in actions:
-        observation, _, terminated, truncated, _ = env.step(action)
-        turns.append(action)
+        _, _, terminated, truncated, step_info = env.step(action)
+        steps.append((action, [] if terminated or truncated else step_info["messages"]))
         if terminated or truncated:
             break
-        turns.append(observation)
-    codec.check_prefix_preserving(info["messages"], turns)
-    return codec
+    return choose_codec(tokenizer, info["tools"], parser, config.agent.chat_template_kwargs, info["messages"], steps)
+
+
+def _probe_call(parser: Any, tools: list[dict[str, Any]]) -> list[Any]:
+    """A call of the first tool, with arguments of the types its schema asks for, in the parser's format."""
+    from agentfly_envs.parsers import ToolCall
+
+    if not tools:
+        return []
+    function = tools[0]["function"]
+    values = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+    properties = function.get("parameters", {}).get("properties", {})
+    arguments = {name: values.get(spec.get("type"), "1") for name, spec in properties.items()}
+    return [parser.format_calls([ToolCall(function["name"], arguments)])]
 
 
 def make_env(config: TrainConfig, validation: bool = False) -> gym.Env:

@@ -34,8 +34,9 @@ FILES_ENV = "agentfly/Files"
 TINY_MODEL = "agentfly:tiny"
 """``actor_rollout_ref.model.path`` value that builds the tiny local model and tokenizer (no download)."""
 
-AGENT_TYPES = {"hf": "hermes", "react": "react", "code": "code", "gui": "gui"}
-"""``agent.agent_type`` -> the env parser that reads the model's turns."""
+AGENT_TYPES = {"hf": "tool_calls", "hermes": "hermes", "react": "react", "code": "code", "gui": "gui"}
+"""``agent.agent_type`` -> the env parser that reads the model's turns (``hf``: the trainer reads the chat template's
+own tool-call format and hands the env structured calls, :mod:`agentfly_train.chat_templates.families`)."""
 BACKEND_ALIASES = {"async_verl": "vllm", "verl": "vllm", "async_vllm": "vllm", "transformers": "hf"}
 """AgentFly's ``agent.init_args.backend`` values -> ours: its verl/vLLM engines are our vLLM backend (episodes
 asynchronous by default), its ``transformers`` one our ``hf``."""
@@ -66,14 +67,19 @@ class AgentConfig:
         env_kwargs: Extra ``gymnasium.make`` keyword arguments (e.g. ``level`` for Arith-Calc).
         tool_options: Per-tool options, ``{tool: {option: value}}`` (the env's ``tool_options``), e.g.
             ``{google_search: {backend: bm25, corpus_file: wiki.jsonl}}``.
-        agent_type: ``hf`` (the chat template's native tool calls, hermes ``<tool_call>`` JSON),
-            ``react``, ``code`` or ``gui`` (GUI agents' actions, UI-TARS's ``Action: click(start_box='(x,y)')``
-            or Qwen2.5-VL's ``computer_use`` calls, for the web envs).
+        agent_type: ``hf`` (the model family's own tool-call format, read with transformers' response parsing and
+            written as its chat template renders calls: Qwen's ``<tool_call>`` JSON, Llama 3.1's bare JSON, gpt-oss's
+            commentary channel...), ``hermes`` (``<tool_call>`` JSON blocks whatever the template), ``react``,
+            ``code`` (formats the system prompt describes, with the tools) or ``gui`` (GUI agents' actions, UI-TARS's
+            ``Action: click(start_box='(x,y)')`` or Qwen2.5-VL's ``computer_use`` calls, for the web envs).
         tools: Tool names replacing the env's defaults (``google_search`` is our ``search`` under AgentFly's
             name); ``null`` keeps the env's (``[calculator]`` for an env built from files).
         model_name_or_path: Alias of ``actor_rollout_ref.model.path`` (AgentFly's spelling).
         template: Chat template: ``null`` for the tokenizer's own, a TRL template name (``qwen2_5``,
-            ``llama3_1``, ...) or a path to a ``.jinja`` file.
+            ``llama3_1``, ...) or a path to a ``.jinja`` file. One that rewrites past turns (Qwen3's, gpt-oss's) is
+            replaced by TRL's training variant of its family for rollouts and the warm start (a ``note:`` says so).
+        chat_template_kwargs: Extra variables of the chat template, passed to every rendering (rollouts, warm
+            start, dry run), e.g. ``{enable_thinking: false}`` for Qwen3 or ``{reasoning_effort: low}`` for gpt-oss.
         reward_name: Registered reward function replacing the env's scoring; ``null`` keeps it.
         max_turns: Assistant turns per episode.
         num_chains: Rollouts per prompt (the GRPO group size).
@@ -95,6 +101,7 @@ class AgentConfig:
     tools: list[str] | None = None
     model_name_or_path: str | None = None
     template: str | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     reward_name: str | None = None
     max_turns: int = 4
     num_chains: int = 8

@@ -22,7 +22,11 @@ def changed_keys(config: TrainConfig) -> dict[str, Any]:
 def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in tree.items():
-        if isinstance(value, dict) and value and key not in ("env_kwargs", "tool_options", "val_env_kwargs"):
+        if (
+            isinstance(value, dict)
+            and value
+            and key not in ("env_kwargs", "tool_options", "val_env_kwargs", "chat_template_kwargs")
+        ):
             flat.update(_flat(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
@@ -32,8 +36,9 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def describe(config: TrainConfig, world_size: int = 1) -> str:
     """The dry run's report: changed keys, the env, the batch layout, token budgets and the run's length.
 
-    Builds the envs, reads the data, loads the tokenizer (not the model) and runs the generation backend's
-    preflight (a vLLM server must answer).
+    Builds the envs, reads the data, loads the tokenizer (not the model), checks the chat template on an episode of
+    the env as a run does (its last line ends in ``round trip ok``) and runs the generation backend's preflight (a
+    vLLM server must answer).
 
     Args:
         config: A validated configuration.
@@ -42,7 +47,7 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     Raises:
         ConfigError: as a real run would, before its model is loaded (bad data, bad sizes).
     """
-    from agentfly_train.build import run_data
+    from agentfly_train.build import make_codec, run_data
     from agentfly_train.generation import GENERATION_BACKENDS
     from agentfly_train.models import policy_tokenizer
     from agentfly_train.trl_args import batch_layout
@@ -52,10 +57,9 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     env, rows, val = data.env, data.train, data.val
     GENERATION_BACKENDS.get(config.backend).preflight(config)
     tokenizer = policy_tokenizer(config)
+    codec = make_codec(config, tokenizer, env, rows[0])
     _, info = env.reset(options={"task": rows[0]})
-    tools = info["tools"] if config.agent.agent_type == "hf" and info["tools"] else None
-    prompt = tokenizer.apply_chat_template(info["messages"], tools=tools, add_generation_prompt=True, tokenize=False)
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    prompt_ids = codec.prompt_ids(info["messages"])
     unwrapped = env.unwrapped
     env.close()
 
@@ -69,6 +73,7 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     lines += [
         f"env: {config.env_id} with tools {list(unwrapped.tools)}, parser {type(unwrapped.parser).__name__} "
         f"(agent.agent_type={agent.agent_type}), reward {reward}",
+        *([f"note: {codec.note}"] if codec.note else []),
         f"data: {len(rows)} training rows, {len(val)} validation rows",
         f"model: {config.model_path} (not loaded); generation backend {config.backend}",
         f"rollout step: {data.train_batch_size} prompts x {agent.num_chains} chains = "
@@ -82,6 +87,7 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
         f"{math.ceil(steps / max(steps_per_epoch, 1))} epoch(s)), {steps * layout.optimizer_steps_per_rollout} "
         f"optimiser steps; validation: {_validation_plan(config, len(val))}",
         f"run directory: {trainer.default_local_dir}",
+        codec.description,
     ]
     return "\n".join(lines)
 

@@ -193,7 +193,7 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     """
     from agentfly_train.build import agent_rollout, env_kwargs, has_validation, make_codec, make_env, val_rows
     from agentfly_train.generation import GENERATION_BACKENDS, Policy, build_backend
-    from agentfly_train.models import load_policy, training_device
+    from agentfly_train.models import add_stop_tokens, load_policy, training_device
     from agentfly_train.rollout import trajectory_record
     from agentfly_train.sharding import engine_weights
 
@@ -206,6 +206,7 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     model, tokenizer = load_policy(config)
     model.to(training_device(config))
     codec = make_codec(config, tokenizer, env, rows[0])
+    add_stop_tokens(model, codec.stop_token_ids)
     env.close()
     backend = build_backend(config, Policy.plain(model, tokenizer))
     if backend.has_own_weights:

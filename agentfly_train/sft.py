@@ -1,8 +1,9 @@
 """Supervised warm start on an env's golden demonstrations, tokenised exactly as rollouts are.
 
 A golden episode is rendered turn by turn with the rollout's :class:`~agentfly_train.rollout.ChatCodec`
-(prompt, then each golden assistant turn followed by EOS, then the env's observation turn), so the
-model learns the same token sequences it will sample; only assistant tokens carry loss. Training runs
+(prompt, then each golden assistant turn through its end-of-turn token, written in the model family's own tool-call
+format as the chat template renders it with ``agent_type=hf``, then the env's observation turn), so the model learns
+the same token sequences it will sample; only assistant tokens carry loss. Training runs
 through TRL's ``SFTTrainer`` on the pre-tokenised rows (``input_ids`` + ``assistant_masks``).
 
 Demonstrations may be imperfect on purpose (``guess_fraction``): the demonstrator skips the tools and answers with a
@@ -20,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentfly_envs.parsers import Action
 from agentfly_train.config import SFTWarmupConfig
 from agentfly_train.rollout import ChatCodec
 
@@ -76,30 +78,33 @@ def golden_token_rows(
             _, _, terminated, truncated, step_info = env.step(action)
             if terminated or truncated:
                 break
-            observation = codec.observation_ids(step_info["messages"], closed_turn=True)
+            observation = codec.observation_ids(step_info["messages"], closed_turn=True, action=action)
             ids += observation
             mask += [0] * len(observation)
         rows.append({"input_ids": ids, "assistant_masks": mask})
     return rows
 
 
-def _assistant_turn(codec: ChatCodec, action: str, masked: str | None) -> tuple[list[int], list[int]]:
-    """An assistant turn's tokens with its EOS, and their loss mask: 1 everywhere but on the tokens of ``masked``
-    (its last occurrence in the turn). The span is where the encodings of the text before and through ``masked``
-    end, when both are prefixes of the turn's; otherwise the tokens whose character offsets overlap it (a fast
-    tokenizer's; some, e.g. DeepSeek V3's, give offsets that locate nothing)."""
-    ids = codec.encode(action)
+def _assistant_turn(codec: ChatCodec, action: Action, masked: str | None) -> tuple[list[int], list[int]]:
+    """An assistant turn's tokens through its end-of-turn token (:meth:`ChatCodec.turn_ids`, in the model's own
+    format where the codec writes it), and their loss mask: 1 everywhere but on the tokens of ``masked`` (its last
+    occurrence in the turn). The span is where the encodings of the text before and through ``masked`` end, when both
+    are prefixes of the turn's; otherwise the tokens whose character offsets overlap it (a fast tokenizer's; some,
+    e.g. DeepSeek V3's, give offsets that locate nothing)."""
+    ids = codec.turn_ids(action)
+    text = codec.tokenizer.decode(ids)
     mask = [1] * len(ids)
-    if masked is not None and masked in action:
-        start = action.rindex(masked)
+    if masked is not None and masked in text:
+        start = text.rindex(masked)
         end = start + len(masked)
-        before, through = codec.encode(action[:start]), codec.encode(action[:end])
+        before, through = codec.encode(text[:start]), codec.encode(text[:end])
         if ids[: len(before)] == before and ids[: len(through)] == through:
             mask[len(before) : len(through)] = [0] * (len(through) - len(before))
         elif getattr(codec.tokenizer, "is_fast", False):
-            offsets = codec.tokenizer(action, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-            mask = [0 if first < end and last > start else 1 for first, last in offsets]
-    return [*ids, codec.eos_token_id], [*mask, 1]
+            offsets = codec.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            if len(offsets) == len(ids):
+                mask = [0 if first < end and last > start else 1 for first, last in offsets]
+    return ids, mask
 
 
 def _golden_answer(tool_env: Any, task: Mapping[str, Any]) -> str | None:

@@ -105,7 +105,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
 
     from agentfly_train.checkpoints import remove_leftovers
     from agentfly_train.config import load_user_code
-    from agentfly_train.models import load_policy, training_device
+    from agentfly_train.models import add_stop_tokens, load_policy, training_device
     from agentfly_train.trl_args import grpo_config
 
     load_user_code(config)  # loaded already where the configuration was read; not on a Ray Train worker
@@ -132,6 +132,9 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     GENERATION_BACKENDS.get(config.backend).preflight(config)
     model, tokenizer = load_policy(config)
     codec = make_codec(config, tokenizer, data.env, data.train[0])
+    add_stop_tokens(model, codec.stop_token_ids)
+    if codec.note and PartialState().is_main_process:
+        print(f"note: {codec.note}", file=sys.stderr)
     result = RunResult(run_dir=str(run_dir))
     if config.sft.enable and checkpoint is None:
         model, result.sft_loss = _warm_start(

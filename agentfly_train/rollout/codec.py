@@ -1,101 +1,243 @@
-"""Token ids of the chat turns around the policy's samples, from the tokenizer's chat template."""
+"""Token ids of the chat turns around the policy's samples, from the tokenizer's chat template, and the reading and
+writing of the model's own tool-call format."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from agentfly_envs.parsers import Action
+
+_PROBE_USER = {"role": "user", "content": "x"}
+_PROBE_CALL = {"type": "function", "function": {"name": "probe", "arguments": {}}}
 
 
 class TemplateError(ValueError):
     """The chat template cannot serve multi-turn token-in/token-out rollouts."""
 
 
+class RoundTripError(TemplateError):
+    """A turn written in tokens does not read back as written (the calls, or the tokenizer's text)."""
+
+
+def assistant_message(action: Action) -> dict[str, Any]:
+    """An env action as the assistant message the chat template renders (text becomes its ``content``)."""
+    return dict(action) if isinstance(action, Mapping) else {"role": "assistant", "content": action}
+
+
 class ChatCodec:
     """Token ids of the chat turns around the policy's samples, computed from the chat template.
+
+    With a ``response_template`` the codec speaks the model's own tool-call format: it reads a sampled turn into an
+    assistant message (transformers' response parsing; the env gets the structured calls) and writes an assistant
+    message as the template renders it (golden demonstrations). Without one, turns are plain text that the env's
+    parser reads.
 
     Args:
         tokenizer: A tokenizer with a chat template.
         tools: JSON schemas rendered into the prompt (``None`` for formats that describe tools in text).
-        chat_template: A template overriding the tokenizer's own.
+        chat_template: A template overriding the tokenizer's own (e.g. TRL's training variant of it).
+        template_kwargs: Extra variables of the template (``agent.chat_template_kwargs``, e.g. ``enable_thinking``).
+        response_template: transformers' response template of the family (how to read its turns), or ``None``.
+        tool_results: For templates without a ``tool`` role: the format (with ``{content}``) of a tool result in
+            the user turn that carries a turn's results; ``None`` renders role ``tool`` as is.
+        end_of_turn: Tokens besides the EOS that end an assistant turn (gpt-oss's ``<|call|>``).
     """
 
-    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None, chat_template: str | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        tools: list[dict[str, Any]] | None,
+        chat_template: str | None = None,
+        *,
+        template_kwargs: Mapping[str, Any] | None = None,
+        response_template: Mapping[str, Any] | None = None,
+        tool_results: str | None = None,
+        end_of_turn: Sequence[str] = (),
+    ) -> None:
         self.tokenizer = tokenizer
         self.tools = tools
         self.chat_template = chat_template
+        self.template_kwargs = dict(template_kwargs or {})
+        self.response_template = response_template
+        self.tool_results = tool_results
         self.eos_token_id: int = tokenizer.eos_token_id
+        self.end_tokens: list[str] = [token for token in (tokenizer.eos_token, *end_of_turn) if token]
+        """Texts of the tokens that end an assistant turn, the EOS first."""
+        self.description = ""
+        """One line: the template, the tool-call format and the round-trip check (set by whoever checked it)."""
+        self.note: str | None = None
+        """A ``note:`` for the user about the template chosen, or ``None``."""
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """Ids of the tokens that end an assistant turn (:attr:`end_tokens`)."""
+        return [self.tokenizer.convert_tokens_to_ids(token) for token in self.end_tokens]
+
+    @property
+    def reads_tool_calls(self) -> bool:
+        """Whether sampled turns are read in the model's own tool-call format (env actions are then messages)."""
+        return self.response_template is not None
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
-        """The template's text for ``messages``."""
+        """The template's text for ``messages`` (tool results moved into user turns where the template wants)."""
         return self.tokenizer.apply_chat_template(
-            list(messages),
+            self._template_messages(messages),
             tools=self.tools,
             chat_template=self.chat_template,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
+            **self.template_kwargs,
         )
+
+    def _template_messages(self, messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        if self.tool_results is None:
+            return list(messages)
+        out: list[Mapping[str, Any]] = []
+        after_tool = False
+        for message in messages:
+            if message["role"] != "tool":
+                out.append(message)
+            elif after_tool:  # the results of one turn share its user turn
+                result = self.tool_results.format(content=message["content"])
+                out[-1] = {"role": "user", "content": f"{out[-1]['content']}\n{result}"}
+            else:
+                out.append({"role": "user", "content": self.tool_results.format(content=message["content"])})
+            after_tool = message["role"] == "tool"
+        return out
 
     def encode(self, text: str) -> list[int]:
         """Token ids of template text (no special tokens added)."""
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def decode(self, token_ids: Sequence[int]) -> str:
-        """The assistant text of sampled tokens, end-of-turn tokens dropped."""
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+    def decode(self, token_ids: Sequence[int]) -> Action:
+        """The env's action for a sampled turn: its text (end-of-turn tokens dropped), or, when the codec reads the
+        model's tool-call format, an assistant message (``content``, ``tool_calls``, the family's reasoning field;
+        a turn that cannot be read keeps its text as ``content`` and says why in ``parse_errors``)."""
+        if self.response_template is None:
+            return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        from transformers.utils.chat_parsing.response_parser import parse_response
+
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=False)
+        try:
+            message = parse_response(text, self.response_template, prefix=self._header, tools=self.tools)
+        except ValueError as error:
+            reason = " ".join(str(error).split())
+            content = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+            return {
+                "role": "assistant",
+                "content": content,
+                "parse_errors": [f"the tool call cannot be read: {reason}"],
+            }
+        return {**message, "role": "assistant", "content": message.get("content") or ""}
+
+    @functools.cached_property
+    def _header(self) -> str:
+        return self.render([_PROBE_USER], add_generation_prompt=True)
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """The opening messages rendered and followed by the assistant header."""
         return self.encode(self.render(messages, add_generation_prompt=True))
 
-    def observation_ids(self, env_messages: Sequence[Mapping[str, Any]], closed_turn: bool) -> list[int]:
+    def turn_ids(self, action: Action) -> list[int]:
+        """An assistant turn as the policy samples it: its tokens through its end-of-turn token. Text is the
+        turn's text; with the model's tool-call format, an action (a message, or text as its content) is written as
+        the template renders it (what golden demonstrations teach).
+
+        Raises:
+            TemplateError: the template renders the turn outside the generation prompt's assistant header.
+        """
+        if self.response_template is None:
+            return [*self.encode(action if isinstance(action, str) else assistant_message(action)["content"]),
+                    self.eos_token_id]  # fmt: skip
+        prompt = self._header
+        full = self.render([_PROBE_USER, assistant_message(action)], add_generation_prompt=False)
+        if not full.startswith(prompt):
+            raise TemplateError(
+                "the chat template renders an assistant turn without the header its generation prompt ends with "
+                f"({prompt[-40:]!r}), so sampled turns cannot be told apart from the template's text"
+            )
+        turn = full[len(prompt) :]
+        ends = [turn.index(token) + len(token) for token in self.end_tokens if token in turn]
+        return self.encode(turn[: min(ends)] if ends else turn)
+
+    def observation_ids(
+        self, env_messages: Sequence[Mapping[str, Any]], closed_turn: bool, action: Action | None = None
+    ) -> list[int]:
         """Tokens that follow a sampled turn: its end-of-turn (if the model did not sample one), the env's
         messages as the template renders them, and the next assistant header.
 
         Args:
             env_messages: The env's new messages (role ``tool``).
-            closed_turn: Whether the sampled turn ended with the EOS token.
+            closed_turn: Whether the sampled turn ended with an end-of-turn token.
+            action: The turn's action, whose calls some templates name in the results (gpt-oss's); a probe call
+                stands in for a turn without readable calls.
+
+        Raises:
+            TemplateError: the template renders the turn before the tool results differently once they follow.
         """
-        before = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+        calls = assistant_message(action).get("tool_calls") if action is not None else None
+        call = {"role": "assistant", "content": "", "tool_calls": calls or [_PROBE_CALL]}
+        before = [_PROBE_USER, call if self.response_template is not None else {"role": "assistant", "content": "y"}]
         prefix = self.render(before, add_generation_prompt=False)
         full = self.render([*before, *env_messages], add_generation_prompt=True)
-        eos = self.tokenizer.eos_token
-        cut = prefix.rindex(eos) + len(eos) if eos and eos in prefix else len(prefix)
+        cut = max((prefix.rindex(token) + len(token) for token in self.end_tokens if token in prefix), default=0)
+        cut = cut or len(prefix)
         if full[:cut] != prefix[:cut]:
             raise TemplateError(
                 "the chat template is not prefix-preserving: it renders an earlier assistant turn differently "
-                "once a tool turn follows; use a template that keeps past turns unchanged (agent.template=...)"
+                "once a tool turn follows"
             )
         ids = self.encode(full[cut:])
         return ids if closed_turn else [self.eos_token_id, *ids]
 
-    def check_prefix_preserving(self, messages: Sequence[Mapping[str, Any]], turns: Sequence[str]) -> None:
-        """Checks that prompt + sampled turns + observation turns equals the template's rendering of the
-        whole conversation, which token-in/token-out rollouts rely on.
+    def check_episode(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        steps: Sequence[tuple[Action, Sequence[Mapping[str, Any]]]],
+        read_calls: Callable[[Action], list[tuple[str, Any]]],
+    ) -> None:
+        """Checks an episode as the rollout builds it: each turn's calls read back from its tokens are the calls
+        written (``read_calls`` of the action), and prompt + turns + observations, token by token, are the
+        template's rendering of the whole conversation, which token-in/token-out rollouts rely on.
 
         Args:
             messages: Opening messages of an episode.
-            turns: Alternating assistant texts and tool outputs, e.g. a golden episode.
+            steps: Each assistant action (e.g. a golden one) with the env's messages after it (none after the last).
+            read_calls: ``(name, arguments)`` of the calls in an action, as the env's parser reads them.
 
         Raises:
+            RoundTripError: a call or a text turn does not survive the round trip.
             TemplateError: the template rewrites earlier turns (e.g. drops past reasoning), with where.
         """
         conversation = list(messages)
         ids = self.prompt_ids(conversation)
-        for index, text in enumerate(turns):
-            if index % 2 == 0:
-                conversation.append({"role": "assistant", "content": text})
-                ids += [*self.encode(text), self.eos_token_id]
-            else:
-                tool_message = {"role": "tool", "name": "tool", "content": text}
-                conversation.append(tool_message)
-                ids += self.observation_ids([tool_message], closed_turn=True)
-        expected = self.render(conversation, add_generation_prompt=len(turns) % 2 == 0)
-        got = self.tokenizer.decode(ids)
-        if not expected.startswith(got):
-            position = next((i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), 0)
+        for action, env_messages in steps:
+            turn = self.turn_ids(action)
+            decoded = self.decode(turn)
+            if isinstance(action, str) and isinstance(decoded, str) and decoded != action:
+                raise RoundTripError(
+                    f"the tokenizer does not decode the text it encodes: wrote {action[:60]!r}, read {decoded[:60]!r}"
+                )
+            read = read_calls(decoded)
+            if read != read_calls(action):
+                raise RoundTripError(
+                    f"a tool call does not survive the round trip through the template and back: wrote "
+                    f"{read_calls(action)}, read {read} from {self.tokenizer.decode(turn)!r}"
+                )
+            conversation.append(assistant_message(action))
+            ids += turn
+            if env_messages:
+                conversation.extend(env_messages)
+                ids += self.observation_ids(env_messages, closed_turn=True, action=action)
+        ends_on_tool = bool(steps) and bool(steps[-1][1])
+        expected = self.encode(self.render(conversation, add_generation_prompt=ends_on_tool))
+        if expected[: len(ids)] != ids:
+            position = next((i for i, (a, b) in enumerate(zip(expected, ids, strict=False)) if a != b), len(expected))
             raise TemplateError(
                 "the chat template is not prefix-preserving: rendering the whole conversation differs from the "
-                f"turns rendered one after another at character {position}: template has "
-                f"{expected[position : position + 60]!r}, incremental rendering has {got[position : position + 60]!r}. "
-                "Use a template that renders past turns unchanged (agent.template=...)."
+                f"turns rendered one after another at token {position}: template has "
+                f"{self.tokenizer.decode(expected[position : position + 16])!r}, turn by turn has "
+                f"{self.tokenizer.decode(ids[position : position + 16])!r}"
             )

@@ -19,8 +19,9 @@ from typing import Any
 import gymnasium as gym
 
 from agentfly_envs.core import ERROR_KINDS
+from agentfly_envs.parsers import Action
 from agentfly_train.generation import Generation
-from agentfly_train.rollout.codec import ChatCodec
+from agentfly_train.rollout.codec import ChatCodec, assistant_message
 
 FINISH_REASONS = ("stop", "max_turns", "length")
 """``stop``: the env ended the episode (an answer); ``max_turns``: the turn budget ran out;
@@ -120,8 +121,9 @@ StepResult = tuple[tuple[Any, ...], float]
 """``(env.step(text), seconds it took)``."""
 
 
-def step_env(env: gym.Env, text: str) -> StepResult:
-    """``env.step(text)`` and its wall time, seconds (run in a worker thread)."""
+def step_env(env: gym.Env, text: Action) -> StepResult:
+    """``env.step(text)`` (the turn's text, or its message where the trainer reads the tool calls) and its wall
+    time, seconds (run in a worker thread)."""
     start = time.perf_counter()
     result = env.step(text)
     return result, time.perf_counter() - start
@@ -156,7 +158,7 @@ def record_turn(
     trajectory: Trajectory,
     env: gym.Env,
     generation: Generation,
-    text: str,
+    text: Action,
     stepped: StepResult | None,
     codec: ChatCodec,
     budgets: RolloutBudgets,
@@ -167,7 +169,7 @@ def record_turn(
         trajectory: The episode.
         env: Its env (for the truncation reward when the episode ends unscored).
         generation: The sampled turn.
-        text: Its decoded text (what the env was given).
+        text: Its decoded text, or message (:meth:`ChatCodec.decode`; what the env was given).
         stepped: The env's step on ``text``, or ``None`` when the completion budget cut the turn.
         codec: Chat-template token ids.
         budgets: The episode's limits.
@@ -176,7 +178,7 @@ def record_turn(
         Whether the episode goes on (it may still run out of turns: see :func:`finish`).
     """
     trajectory.extend(generation.token_ids, trained=True, logprobs=generation.logprobs)
-    trajectory.messages.append({"role": "assistant", "content": text})
+    trajectory.messages.append(assistant_message(text))
     trajectory.num_turns += 1
     if stepped is None:
         trajectory.turn_calls.append([])
@@ -193,7 +195,7 @@ def record_turn(
     if terminated or truncated:
         finish(trajectory, env, "stop" if terminated else "max_turns", reward, info)
         return False
-    observation = codec.observation_ids(info["messages"], closed_turn=generation.stopped)
+    observation = codec.observation_ids(info["messages"], closed_turn=generation.stopped, action=text)
     if len(trajectory.completion_ids) + len(observation) >= budgets.response_length:
         finish(trajectory, env, "length")
         return False

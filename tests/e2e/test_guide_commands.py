@@ -236,6 +236,7 @@ def test_dry_run_prints_the_plan_without_loading_the_model(tmp_path):
     assert "2 prompts x 8 chains = 16 episodes" in out
     assert "per turn at most 1024" in out and "per episode (all turns, tool output included) at most 64" in out
     assert "length: 2 rollout steps" in out
+    assert out.rstrip().endswith("round trip ok")  # the chat template checked on an episode of the env
     assert not (tmp_path / "metrics.jsonl").exists()
 
 

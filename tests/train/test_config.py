@@ -210,7 +210,7 @@ def test_agentfly_init_args_spelling_is_accepted_on_the_command_line_and_in_yaml
         ("actor_rollout_ref.actor.optim.learning_rate=1", "actor_rollout_ref.actor.optim.lr"),
         ("trainer.totl_training_steps=3", "trainer.total_training_steps"),
         ("agent.num_chains=many", "agent.num_chains"),
-        ("agent.agent_type=hermes", "agent.agent_type='hermes' is not one of"),
+        ("agent.agent_type=json", "agent.agent_type='json' is not one of"),
         ("agent.env=agentfly/GSM8K-Calcc", "did you mean 'agentfly/GSM8K-Calc'"),
         ("algorithm.adv_estimator=grpoo", "did you mean 'grpo'"),
         ("trainer.resume_mode=latest", "trainer.resume_mode"),

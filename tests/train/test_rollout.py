@@ -227,10 +227,17 @@ NOT_PREFIX_PRESERVING = (
 def test_template_that_drops_past_turns_is_rejected_at_start_up(setup, tiny_tokenizer):
     envs, _, tasks, _ = setup
     _, info = envs[0].reset(options={"task": tasks[0]})
+    parser = envs[0].unwrapped.parser
+
+    def read_calls(action):
+        return [(call.name, call.arguments) for call in parser.parse(action).calls]
+
+    result = [{"role": "tool", "name": "calculator", "content": "42"}]
+    steps = [(envs[0].unwrapped.golden_actions()[0], result), ("done", [])]
     codec = ChatCodec(tiny_tokenizer, None, chat_template=NOT_PREFIX_PRESERVING)
     with pytest.raises(TemplateError, match="not prefix-preserving"):
-        codec.check_prefix_preserving(info["messages"], [*envs[0].unwrapped.golden_actions()[:1], "42", "done"])
-    ChatCodec(tiny_tokenizer, info["tools"]).check_prefix_preserving(info["messages"], ["a", "42", "done"])
+        codec.check_episode(info["messages"], steps, read_calls)
+    ChatCodec(tiny_tokenizer, info["tools"]).check_episode(info["messages"], steps, read_calls)
 
 
 def test_episodes_record_parsed_calls_error_kinds_and_reward_components(setup):

@@ -1,0 +1,236 @@
+"""Model families' own chat templates and tool-call formats, on small tokenizers built here from each family's
+special tokens and TRL's copy of its template (no network, no real tokenizer files)."""
+
+from __future__ import annotations
+
+import re
+
+import gymnasium as gym
+import pytest
+
+import agentfly_envs  # noqa: F401  (registers the envs)
+from agentfly_envs.parsers import get_parser
+from agentfly_train.chat_templates.choice import choose_codec
+from agentfly_train.chat_templates.families import FAMILIES, detect_family, trl_template
+from agentfly_train.config import ConfigError
+from agentfly_train.rollout.codec import assistant_message
+
+END_OF_TURN = {
+    "qwen2_5": "<|im_end|>",
+    "qwen3": "<|im_end|>",
+    "qwen3_5_think": "<|im_end|>",
+    "llama3_1": "<|eot_id|>",
+    "gptoss": "<|return|>",
+    "nemotron_3_nano": "<|im_end|>",
+    "lfm2_2_5": "<|im_end|>",
+    "gemma4": "<turn|>",
+    "glm4moe": "<|user|>",
+    "gemma3": "<end_of_turn>",
+}
+"""TRL templates of the families TRL reads tool calls of (one each), and the EOS of the family's tokenizer."""
+REASONING = {"qwen3": "reasoning_content", "qwen3_5_think": "reasoning_content", "gptoss": "thinking"}
+"""The field the family's template and response template keep the reasoning of a turn in."""
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluates an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string", "description": "The expression."}},
+                "required": ["expression"],
+            },
+        },
+    }
+]
+
+
+def family_tokenizer(template_name: str):
+    """A byte-level tokenizer (no merges: any text encodes and decodes exactly) whose special tokens are the control
+    tokens TRL's template ``template_name`` writes, with that template and the family's EOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    template = trl_template(template_name)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tokenizer = Tokenizer(models.BPE(vocab={ch: i for i, ch in enumerate(sorted(alphabet))}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    controls = re.findall(r"<\|[^<>|\s'\"]+\|>|<\|[^<>|\s'\"]+>|<[^<>|\s'\"/]+\|>|<｜[^<>｜]+｜>", template)
+    eos = END_OF_TURN[template_name]
+    tokenizer.add_special_tokens(sorted({*controls, eos, "<bos>"}))
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=eos, bos_token="<bos>", chat_template=template)
+
+
+def episode(reasoning_field: str | None):
+    """An opening, a tool-call turn (with reasoning where the family has it), its result, and a final answer."""
+    call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "6*7"}}}
+    turn = {"role": "assistant", "content": "", "tool_calls": [call]}
+    if reasoning_field:
+        turn[reasoning_field] = "Multiply first."
+    opening = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": "What is 6*7?"}]
+    result = [{"role": "tool", "name": "calculator", "content": "42"}]
+    return opening, [(turn, result), ("The answer is 42.", [])]
+
+
+SUPPORTED = ["qwen2_5", "qwen3", "qwen3_5_think", "llama3_1", "gptoss", "lfm2_2_5"]
+"""Families whose episodes pass the check; the others are refused in one line (see the next test)."""
+REFUSED = {
+    "nemotron_3_nano": "without the header its generation prompt ends with",  # the prompt pre-fills <think>
+    "gemma4": "not prefix-preserving",  # tool results are written inside the model's turn
+    "glm4moe": "not prefix-preserving",
+}
+
+
+@pytest.mark.parametrize("name", SUPPORTED)
+def test_a_family_episode_round_trips_and_renders_turn_by_turn_as_whole(name):
+    tokenizer = family_tokenizer(name)
+    family, _ = detect_family(tokenizer, tokenizer.chat_template)
+    assert name in family.templates
+    opening, steps = episode(None)  # golden turns, as the run checks them
+    codec = choose_codec(tokenizer, TOOLS, get_parser("tool_calls"), {}, opening, steps)
+    assert codec.description.endswith("round trip ok") and codec.reads_tool_calls
+    with_reasoning = episode(REASONING.get(name))[1][0][0]
+    read = codec.decode(codec.turn_ids(with_reasoning))  # what a policy that writes this turn samples, read back
+    assert read["tool_calls"][0]["function"] == with_reasoning["tool_calls"][0]["function"]
+    if name in REASONING:
+        assert read[REASONING[name]] == "Multiply first."  # reasoning is read, not lost
+    # prompt + sampled turns + observations: the whole episode as the (training) template renders it; the
+    # assistant mask is exactly the sampled turns, each ending in a token that stops generation.
+    ids, mask = codec.prompt_ids(opening), []
+    mask += [0] * len(ids)
+    for action, results in steps:
+        turn = codec.turn_ids(action)
+        assert turn[-1] in codec.stop_token_ids
+        ids, mask = ids + turn, mask + [1] * len(turn)
+        if results:
+            observation = codec.observation_ids(results, closed_turn=True, action=action)
+            ids, mask = ids + observation, mask + [0] * len(observation)
+    conversation = [*opening, assistant_message(steps[0][0]), *steps[0][1], assistant_message(steps[1][0])]
+    whole = codec.encode(codec.render(conversation, add_generation_prompt=False))
+    assert whole[: len(ids)] == ids
+    sampled_text = codec.tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    assert "42" in sampled_text and "calculator" in sampled_text and "Solve it." not in sampled_text
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_a_family_template_that_cannot_serve_rollouts_is_one_config_error(name):
+    tokenizer = family_tokenizer(name)
+    opening, steps = episode(None)
+    with pytest.raises(ConfigError, match=REFUSED[name]) as error:
+        choose_codec(tokenizer, TOOLS, get_parser("tool_calls"), {}, opening, steps)
+    assert str(error.value).startswith("agent.template: ") and "\n" not in str(error.value)
+    assert not detect_family(tokenizer, tokenizer.chat_template)[0].rollouts  # not suggested to users
+
+
+def test_malformed_native_calls_are_error_observations():
+    tokenizer = family_tokenizer("qwen3")
+    opening, steps = episode("reasoning_content")
+    codec = choose_codec(tokenizer, TOOLS, get_parser("tool_calls"), {}, opening, steps)
+    bad = codec.encode('<tool_call>\n{"name": "calculator", "arguments": {"expression": "1",}}\n</tool_call><|im_end|>')
+    env = gym.make("agentfly/Arith-Calc", parser="tool_calls")
+    env.reset(options={"index": 0})
+    observation, _, terminated, _, info = env.step(codec.decode(bad))
+    assert observation.startswith("Error:") and "cannot be read" in observation and not terminated
+    assert info["error_counts"]["parse_error"] == 1
+
+
+def test_qwen3_own_template_trains_with_trl_training_variant_and_says_so():
+    tokenizer = family_tokenizer("qwen3")
+    opening, steps = episode(None)  # golden turns carry no reasoning: the last turn's empty <think> differs
+    codec = choose_codec(tokenizer, TOOLS, get_parser("tool_calls"), {}, opening, steps)
+    assert codec.chat_template == trl_template("qwen3_training")
+    assert codec.note and codec.note.startswith("agent.template: the qwen3 chat template")
+    assert "<think>\n\n</think>" in tokenizer.decode(codec.turn_ids(steps[0][0]))
+    # enable_thinking=false is passed to every rendering: the prompt closes the reasoning block itself
+    quiet = choose_codec(tokenizer, TOOLS, get_parser("tool_calls"), {"enable_thinking": False}, opening, steps)
+    assert quiet.render(opening, add_generation_prompt=True).endswith("<think>\n\n</think>\n\n")
+
+
+def test_template_without_tools_is_a_config_error_naming_the_options():
+    tokenizer = family_tokenizer("gemma3")
+    opening, steps = episode(None)
+    with pytest.raises(ConfigError, match=r"^agent.template: the gemma3 chat template .* does not render tools") as e:
+        choose_codec(tokenizer, TOOLS, get_parser("tool_calls"), {}, opening, steps)
+    assert "agent.agent_type=react" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_gemma3_gets_tool_results_in_a_user_turn_at_rollout_and_warm_start():
+    from agentfly_train.sft import golden_token_rows
+
+    tokenizer = family_tokenizer("gemma3")
+    env = gym.make("agentfly/Arith-Calc", parser="react")
+    _, info = env.reset(options={"index": 0})
+    steps = []
+    for action in env.unwrapped.golden_actions():
+        _, _, terminated, _, step_info = env.step(action)
+        steps.append((action, [] if terminated else step_info["messages"]))
+    codec = choose_codec(tokenizer, info["tools"], env.unwrapped.parser, {}, info["messages"], steps)
+    observation = tokenizer.decode(codec.observation_ids(steps[0][1], closed_turn=True))
+    assert observation.startswith("\n<start_of_turn>user\n```tool_output\n")  # "\n" closes the model's turn
+    (row,) = golden_token_rows(env, codec, [info["task"]])
+    assert tokenizer.decode(row["input_ids"]).count("```tool_output") == len(steps) - 1
+
+
+def test_warm_start_demonstrations_are_in_the_family_format_and_read_back():
+    from agentfly_train.sft import golden_token_rows
+
+    tokenizer = family_tokenizer("llama3_1")
+    env = gym.make("agentfly/Arith-Calc", parser="tool_calls", level="single")
+    _, info = env.reset(options={"index": 0})
+    golden = env.unwrapped.golden_actions()
+    steps = [(golden[0], env.step(golden[0])[4]["messages"]), (golden[1], [])]
+    codec = choose_codec(tokenizer, info["tools"], env.unwrapped.parser, {}, info["messages"], steps)
+    (row,) = golden_token_rows(env, codec, [info["task"]])
+    ids, mask = row["input_ids"], row["assistant_masks"]
+    first = [t for t, m in zip(ids, mask, strict=True) if m][: len(codec.turn_ids(golden[0]))]
+    assert tokenizer.decode(first).startswith('{"name": "calculator", "parameters": {"expression": ')
+    assert codec.decode(first)["tool_calls"][0]["function"] == golden[0]["tool_calls"][0]["function"]
+
+
+def test_every_family_names_trl_templates_that_exist():
+    for name, family in FAMILIES.items():
+        assert name == family.name
+        for template in family.templates:
+            assert family.marker in trl_template(template)
+
+
+@pytest.mark.slow
+def test_the_guide_command_trains_a_qwen3_model_on_its_own_template(tmp_path):
+    import json
+    import sys
+
+    from agentfly_train.tiny_model import build_model
+    from tests.conftest import run_cli
+
+    tokenizer = family_tokenizer("qwen3")
+    tokenizer.pad_token = "<|endoftext|>" if "<|endoftext|>" in tokenizer.get_vocab() else tokenizer.eos_token
+    model_dir = tmp_path / "qwen3-tiny"
+    build_model(tokenizer, hidden_size=32, num_layers=1).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [sys.executable, "-m", "agentfly_train", "--no-progress", "algorithm.adv_estimator=grpo",
+         "data.train_files=./data/guide/math_train.json", "agent.tools=[calculator]", "agent.agent_type=hf",
+         "agent.reward_name=math_reward_string_equal", f"actor_rollout_ref.model.path={model_dir}",
+         "actor_rollout_ref.rollout.name=hf", "data.train_batch_size=2", "agent.num_chains=2", "agent.max_turns=2",
+         "agent.max_tokens_per_turn=16", "actor_rollout_ref.rollout.response_length=64", "data.val_size=0",
+         "trainer.total_training_steps=1", "trainer.logger=[console]", f"trainer.default_local_dir={run_dir}"]
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert "note: agent.template: the qwen3 chat template (TRL's qwen3) renders past turns" in result.stderr
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("step") == 1 and "reward/mean" in r for r in records), records
+
+
+def test_a_tokenizer_that_loses_text_is_one_config_error_not_a_training_template():
+    tokenizer = family_tokenizer("qwen3")
+    tokenizer.backend_tokenizer.decoder = __import__("tokenizers").decoders.Strip(" ", 0, 0)  # drops byte-level text
+    env = gym.make("agentfly/Arith-Calc", parser="react", level="single")
+    _, info = env.reset(options={"index": 0})
+    golden = env.unwrapped.golden_actions()
+    steps = [(golden[0], env.step(golden[0])[4]["messages"]), (golden[1], [])]
+    with pytest.raises(ConfigError, match=r"^agent\.template: the tokenizer does not decode the text it encodes"):
+        choose_codec(tokenizer, info["tools"], env.unwrapped.parser, {}, info["messages"], steps)
