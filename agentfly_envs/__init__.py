@@ -22,8 +22,7 @@ from agentfly_envs.errors import (
     UnknownNameError,
     WorldUnavailableError,
 )
-from agentfly_envs.gui_parser import GuiParser  # registers the gui parser
-from agentfly_envs.parsers import PARSERS, Parser, ParseResult, ToolCall, get_parser
+from agentfly_envs.parsers import PARSERS, GuiParser, Parser, ParseResult, ToolCall, get_parser
 from agentfly_envs.registration import ENVIRONMENTS, register_envs
 from agentfly_envs.rewards import REWARDS, RewardResult, get_reward
 from agentfly_envs.spaces import TextSpace

@@ -2,8 +2,7 @@
 
 import pytest
 
-from agentfly_envs.gui_parser import GuiParser
-from agentfly_envs.parsers import ToolCall
+from agentfly_envs.parsers import GuiParser, ToolCall
 
 PARSER = GuiParser()
 

@@ -23,7 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentfly_envs.parsers import PARSERS, HermesParser, Parser, ParseResult, ToolCall, _tool_lines
+from agentfly_envs.parsers.base import PARSERS, Parser, ParseResult, ToolCall, tool_lines
+from agentfly_envs.parsers.text import HermesParser
 
 _ACTION_LINE = re.compile(r"^[ \t]*Action[ \t]*:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -157,7 +158,7 @@ class GuiParser(Parser):
 
     def instructions(self, tools: Sequence[Mapping[str, Any]]) -> str:
         return (
-            f"You can use these tools:\n{_tool_lines(tools)}\n\n"
+            f"You can use these tools:\n{tool_lines(tools)}\n\n"
             "Each turn, write a short thought and one action, exactly:\nThought: <your reasoning>\n"
             "Action: click(start_box='(x,y)')\n"
             "Actions: click(start_box='(x,y)') clicks a point of the screenshot (x, y in its pixels); "
