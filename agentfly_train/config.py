@@ -564,9 +564,10 @@ class AsyncTrainingConfig:
 
     Attributes:
         enable: Switch the mode on.
-        staleness_threshold: How far the generator may run ahead, as a share of a step's groups: at most
-            ``(1 + staleness_threshold) * data.train_batch_size`` prompts' groups may be started and not yet trained,
-            and as many started since the last weight sync (verl's meaning; ``0``: none ahead, ``1``: one batch).
+        staleness_threshold: How far the generator may run ahead, as a share of a step's groups: at each weight sync
+            it may start the groups that bring those started and not yet trained up to
+            ``(1 + staleness_threshold) * data.train_batch_size`` prompts' groups, and no more until the next sync
+            (``0``: none ahead, ``1``: one batch).
         trigger_parameter_sync_step: Rollout steps (updates) between two weight syncs to the generator.
         partial_rollout: An episode in flight at a weight sync goes on under the new weights (its earlier tokens keep
             their versions); ``false``: the sync waits until the episodes in flight have ended (needs a backend
@@ -995,6 +996,13 @@ def _validate_async_training(config: TrainConfig, backend: Any) -> None:
             f"{key}.trigger_parameter_sync_step={settings.trigger_parameter_sync_step} leaves the generator "
             f"{settings.trigger_parameter_sync_step - 1} versions behind, beyond {key}.max_staleness="
             f"{settings.max_staleness}: every group would be dropped; raise max_staleness or sync more often"
+        )
+    if backend.has_own_weights and settings.trigger_parameter_sync_step > 1 + settings.staleness_threshold:
+        raise ConfigError(
+            f"{key}.trigger_parameter_sync_step={settings.trigger_parameter_sync_step} needs "
+            f"{key}.staleness_threshold >= {settings.trigger_parameter_sync_step - 1}: the trainer takes that many "
+            "steps' groups between two weight syncs, and the generator holds at most (1 + staleness_threshold) "
+            "steps' groups not yet trained"
         )
     if not settings.partial_rollout and not backend.has_own_weights:
         raise ConfigError(

@@ -247,7 +247,7 @@ class AsyncSchedule(RolloutSchedule):
         self.ready = threading.Condition(self.lock)
         self.groups: dict[int, _Group] = {}
         self.finished_groups: list[int] = []
-        self.started_since_sync = 0
+        self.start_budget = 0
         self.draining = False
         self.dropped = 0
         self.synced_version = 0
@@ -279,6 +279,7 @@ class AsyncSchedule(RolloutSchedule):
             self.source.load_state_dict(self._loaded_state["source"])
         self.groups_per_step = self.prompts_per_step // processes
         self.capacity = math.ceil((1 + self.settings.staleness_threshold) * self.groups_per_step)
+        self.start_budget = self.capacity
         reserved = max(trainer.val_batch_size, self.groups_per_step * chains)  # slots run() and the sync loop use
         self._envs = trainer.agent.pool.take(reserved + self.capacity * chains)[reserved:]
         self._free_slots = list(range(len(self._envs)))
@@ -301,12 +302,7 @@ class AsyncSchedule(RolloutSchedule):
 
     def _start_groups(self) -> None:
         """Starts new groups while the budget allows (``staleness_threshold``) and no sync is draining."""
-        while (
-            not self.draining
-            and len(self.groups) < self.capacity
-            and self.started_since_sync < self.capacity
-            and len(self._free_slots) >= self.chains
-        ):
+        while not self.draining and self.start_budget > 0 and len(self._free_slots) >= self.chains:
             row = self.source.next()
             group_id, self._next_group = self._next_group, self._next_group + 1
             slots = [self._free_slots.pop(0) for _ in range(self.chains)]
@@ -314,7 +310,7 @@ class AsyncSchedule(RolloutSchedule):
             self.groups[group_id] = _Group(row, keys, slots)
             for key, slot in zip(keys, slots, strict=True):
                 self.stream.start(key, self._envs[slot], self.rows[row], self.trainer.agent.train_params)
-            self.started_since_sync += 1
+            self.start_budget -= 1
 
     def _pump(self, wait_for_env: bool) -> bool:
         """Starts what the budget allows, pumps the stream once, notes completed groups; whether the engine
@@ -420,7 +416,7 @@ class AsyncSchedule(RolloutSchedule):
                 self.trainer._load_engine_weights()
             self.trainer.record_metrics({"timing/weight_sync_s": time.perf_counter() - start})
             self.stream.version = self.synced_version = version
-            self.started_since_sync = 0
+            self.start_budget = self.capacity - len(self.groups)
             self.ready.notify_all()
 
     def run(self, trainer: Any, tasks: Sequence[Mapping[str, Any]], params: SamplingParams) -> list[Trajectory]:
