@@ -6,7 +6,8 @@ Three schedules, each a training run of the tiny policy on ``agentfly/Arith-Calc
 (``staleness_threshold=1 partial_rollout=true max_staleness=2``). ``--tool-latency-ms LOW HIGH`` makes every env
 step take a uniform random extra LOW-HIGH ms (a slow tool). Steps/s counts the steps after the first (the engine's
 warm-up); the idle shares are the means of ``timing/generator_idle_frac`` and ``timing/trainer_idle_frac`` over the
-same steps.
+same steps; ``update s`` is the mean of ``timing/update_s`` (the same work under every schedule: where it differs, the
+machine's load changed between the runs).
 
     python benchmarks/async_training.py --backend vllm --episodes 64 --steps 6 --json benchmarks/results/async_vllm.json
     python benchmarks/async_training.py --backend vllm --episodes 64 --steps 6 --tool-latency-ms 50 200
@@ -98,16 +99,17 @@ def main() -> None:
             "steps_per_s": len(steps) / sum(r["step_time"] for r in steps),
             "generator_idle": statistics.fmean(r["timing/generator_idle_frac"] for r in steps),
             "trainer_idle": statistics.fmean(r["timing/trainer_idle_frac"] for r in steps),
+            "update_s": statistics.fmean(r["timing/update_s"] for r in steps),
             "staleness_mean": statistics.fmean(r.get("async/staleness_mean", 0.0) for r in steps),
             "dropped": steps[-1].get("async/dropped", 0.0),
         }
     base = figures["sync"]["steps_per_s"]
     print(f"{args.backend}, {args.episodes} episodes/step, tool latency {args.tool_latency_ms or 'none'} ms")
-    print("schedule       steps/s  vs sync  generator idle  trainer idle  staleness  dropped")
+    print("schedule       steps/s  vs sync  generator idle  trainer idle  update s  staleness  dropped")
     for name, f in figures.items():
         print(
             f"{name:<13} {f['steps_per_s']:8.3f} {f['steps_per_s'] / base:7.2f}x {f['generator_idle']:14.0%}"
-            f" {f['trainer_idle']:13.0%} {f['staleness_mean']:10.2f} {f['dropped']:8.0f}"
+            f" {f['trainer_idle']:13.0%} {f['update_s']:9.2f} {f['staleness_mean']:10.2f} {f['dropped']:8.0f}"
         )
     for name, message in refused.items():
         print(f"{name:<13} not run: {message}")

@@ -400,7 +400,8 @@ class AsyncSchedule(RolloutSchedule):
     def _sync_if_due(self) -> None:
         """Hands the generator the policy's weights every ``trigger_parameter_sync_step`` updates (a backend that
         samples from the policy itself has them after every update); without ``partial_rollout`` it first lets the
-        episodes in flight end (starting none). The generator's budget of groups ahead starts afresh."""
+        episodes in flight end (starting none). The generator may then start the groups that bring those not yet
+        trained back up to ``(1 + staleness_threshold)`` steps' (no more until the next sync)."""
         version, own_weights = self.version(), self.trainer.backend.has_own_weights
         if version - self.synced_version < (self.settings.trigger_parameter_sync_step if own_weights else 1):
             return

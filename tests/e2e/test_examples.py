@@ -255,6 +255,7 @@ def test_async_training_benchmark(readme, tmp_path):
     for name, row in figures.items():
         assert row["steps_per_s"] > 0, name
         assert 0 <= row["generator_idle"] <= 1 and 0 < row["trainer_idle"] <= 1, name
+        assert row["update_s"] > 0, name
     assert figures["sync"]["staleness_mean"] == 0 and 0 <= figures["async"]["staleness_mean"] <= 1  # at step 2
     assert f"{figures['async']['steps_per_s'] / figures['sync']['steps_per_s']:7.2f}x" in out
 
