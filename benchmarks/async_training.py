@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--tool-latency-ms", type=float, nargs=2, metavar=("LOW", "HIGH"))
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("overrides", nargs="*", help="config overrides for every run (key=value), applied last")
     args = parser.parse_args()
 
     from agentfly_train.config import ConfigError, load_config
@@ -88,7 +89,8 @@ def main() -> None:
     for name, overrides in SCHEDULES.items():
         with tempfile.TemporaryDirectory() as run_dir:
             try:
-                config = load_config([*common, *overrides, f"trainer.default_local_dir={run_dir}"], ["quickstart"])
+                settings = [*common, *overrides, *args.overrides, f"trainer.default_local_dir={run_dir}"]
+                config = load_config(settings, ["quickstart"])
             except ConfigError as error:  # HF refuses one_step_off (its partial_rollout=false)
                 refused[name] = str(error)
                 continue

@@ -247,7 +247,9 @@ def test_async_training_benchmark(readme, tmp_path):
     pytest.importorskip("trl", reason=NEEDS_TRAIN_EXTRA)
     result_file = tmp_path / "async.json"
     sizes = {"--backend": "hf", "--episodes": "4", "--steps": "2", "--json": str(result_file)}
-    command = readme_command(readme, sizes, ["--chains", "2", "--tool-latency-ms", "1", "2"])
+    smaller = ["actor_rollout_ref.model.tiny_hidden_size=32", "agent.max_tokens_per_turn=16",
+               "actor_rollout_ref.rollout.response_length=64"]  # fmt: skip
+    command = readme_command(readme, sizes, ["--chains", "2", "--tool-latency-ms", "1", "2", *smaller])
     out = run_script(*command.argv[1:], quiet=True)
     result = json.loads(result_file.read_text())
     figures = result["figures"]
