@@ -269,7 +269,8 @@ def make_trainer(
     training envs, the algorithm's settings, the KL controller (with ``use_kl_in_reward``), the critic
     (with an estimator that trains one, ``gae``; built now, so ``critic.model.path=null`` copies the policy as it
     is after the warm start), and the generation backend of ``actor_rollout_ref.rollout.name`` (built by the
-    trainer on its policy, :func:`~agentfly_train.generation.build_backend`).
+    trainer on its policy, :func:`~agentfly_train.generation.build_backend`), and the rollout schedule
+    (``async_training.enable``: :func:`~agentfly_train.trainer.schedules.build_schedule`).
 
     Args:
         config: The validated configuration.
@@ -286,6 +287,7 @@ def make_trainer(
     from agentfly_train.generation import build_backend
     from agentfly_train.models import lora_config
     from agentfly_train.trainer import AgentGRPOTrainer
+    from agentfly_train.trainer.schedules import build_schedule
     from agentfly_train.trl_args import critic_settings, rl_settings
 
     agent = agent_rollout(config, codec, env_kwargs(config))
@@ -315,6 +317,7 @@ def make_trainer(
         processing_class=tokenizer,
         peft_config=lora_config(config),
         backend=functools.partial(build_backend, config),
+        schedule=build_schedule(config, train_tasks),
     )
 
 

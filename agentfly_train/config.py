@@ -583,6 +583,45 @@ class EvalConfig:
 
 
 @dataclass
+class AsyncTrainingConfig:
+    """Off-policy asynchronous training (``async_training.*``, verl's fully-async keys plus TRL's ``max_staleness``):
+    a generator keeps producing episodes with the newest weights it holds while the trainer takes batches of
+    finished groups (:mod:`agentfly_train.trainer.schedules`).
+
+    One-step-off (verl's ``one_step_off_policy``) is ``staleness_threshold=1 partial_rollout=false max_staleness=1``:
+    the generator stays exactly one batch ahead, every batch sampled whole by the weights before the last update.
+    ``staleness_threshold=0`` with ``max_staleness=0`` trains on-policy (the synchronous schedule's batches).
+
+    Attributes:
+        enable: Switch the mode on.
+        staleness_threshold: How far the generator may run ahead, as a share of a step's groups: at each weight sync
+            it may start the groups that bring those started and not yet trained up to
+            ``(1 + staleness_threshold) * data.train_batch_size`` prompts' groups, and no more until the next sync
+            (``0``: none ahead, ``1``: one batch).
+        trigger_parameter_sync_step: Rollout steps (updates) between two weight syncs to the generator.
+        partial_rollout: An episode in flight at a weight sync goes on under the new weights (its earlier tokens keep
+            their versions); ``false``: the sync waits until the episodes in flight have ended (needs a backend
+            with its own weights, vLLM).
+        require_batches: ``actor.ppo_mini_batch_size`` batches of groups the trainer takes at once; ``null``: those
+            of one rollout step (``data.train_batch_size / ppo_mini_batch_size``), the only value accepted.
+        use_rollout_log_probs: The behaviour log-probabilities (the sampler's) are PPO's old log-probs, so the clipped
+            ratio is taken against the policy that sampled each token; ``false``: the trainer's log-probs before
+            the update are, and ``algorithm.rollout_correction.rollout_is`` weights correct for the sampler
+            (AReaL's decoupled PPO).
+        max_staleness: Policy versions (updates) an episode's oldest token may lag the trainer's policy when the
+            trainer takes it; older groups are dropped and counted (``async/dropped``).
+    """
+
+    enable: bool = False
+    staleness_threshold: float = 1.0
+    trigger_parameter_sync_step: int = 1
+    partial_rollout: bool = True
+    require_batches: int | None = None
+    use_rollout_log_probs: bool = True
+    max_staleness: int = 1
+
+
+@dataclass
 class TrainConfig:
     """The whole configuration; its defaults are the training guide's (the quickstart is the preset
     :data:`QUICKSTART`)."""
@@ -596,6 +635,7 @@ class TrainConfig:
     sft: SFTWarmupConfig = field(default_factory=SFTWarmupConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
 
     @property
     def user_code(self) -> UserCode:
@@ -982,6 +1022,65 @@ def validate(config: TrainConfig) -> None:
     backend.check(config)
     _validate_env_runtime(rollout)
     _validate_algorithm(config)
+    _validate_async_training(config, backend)
+
+
+def _validate_async_training(config: TrainConfig, backend: Any) -> None:
+    """``async_training.*``: the ranges, and the settings off-policy training refuses (one line each)."""
+    from agentfly_train.algorithms import ADVANTAGE_ESTIMATORS
+
+    settings, correction = config.async_training, config.algorithm.rollout_correction
+    if not settings.enable:
+        return
+    key = "async_training"
+    if settings.staleness_threshold < 0:
+        raise ConfigError(f"{key}.staleness_threshold must be >= 0, got {settings.staleness_threshold}")
+    if settings.max_staleness < 0:
+        raise ConfigError(f"{key}.max_staleness must be >= 0 (policy versions), got {settings.max_staleness}")
+    check_positive(f"{key}.trigger_parameter_sync_step", settings.trigger_parameter_sync_step)
+    mini = config.actor_rollout_ref.actor.ppo_mini_batch_size or config.data.train_batch_size
+    per_step = config.data.train_batch_size // mini
+    if settings.require_batches is not None and settings.require_batches != per_step:
+        raise ConfigError(
+            f"{key}.require_batches={settings.require_batches}: the trainer takes one rollout step's groups at once, "
+            f"data.train_batch_size / ppo_mini_batch_size = {per_step}; set it to {per_step} or null"
+        )
+    if settings.trigger_parameter_sync_step - 1 > settings.max_staleness:
+        raise ConfigError(
+            f"{key}.trigger_parameter_sync_step={settings.trigger_parameter_sync_step} leaves the generator "
+            f"{settings.trigger_parameter_sync_step - 1} versions behind, beyond {key}.max_staleness="
+            f"{settings.max_staleness}: every group would be dropped; raise max_staleness or sync more often"
+        )
+    if backend.has_own_weights and settings.trigger_parameter_sync_step > 1 + settings.staleness_threshold:
+        raise ConfigError(
+            f"{key}.trigger_parameter_sync_step={settings.trigger_parameter_sync_step} needs "
+            f"{key}.staleness_threshold >= {settings.trigger_parameter_sync_step - 1}: the trainer takes that many "
+            "steps' groups between two weight syncs, and the generator holds at most (1 + staleness_threshold) "
+            "steps' groups not yet trained"
+        )
+    if not settings.partial_rollout and not backend.has_own_weights:
+        raise ConfigError(
+            f"{key}.partial_rollout=false holds a weight sync until the episodes in flight end, but "
+            f"{config.backend} samples from the policy itself, which each update changes; use partial_rollout=true "
+            "or actor_rollout_ref.rollout.name=vllm"
+        )
+    if settings.use_rollout_log_probs and correction.rollout_is is not None:
+        raise ConfigError(
+            f"{key}.use_rollout_log_probs=true makes the sampler's log-probs PPO's old log-probs, so "
+            "algorithm.rollout_correction.rollout_is has nothing left to correct: set one of them "
+            "(use_rollout_log_probs=false with rollout_is=token is AReaL's decoupled PPO)"
+        )
+    if not settings.use_rollout_log_probs and correction.rollout_is is None:
+        raise ConfigError(
+            f"{key}.use_rollout_log_probs=false with algorithm.rollout_correction.rollout_is=null trains on stale "
+            "episodes without correcting for the policy that sampled them: set rollout_is=token (or sequence), or "
+            "use_rollout_log_probs=true"
+        )
+    if ADVANTAGE_ESTIMATORS.get(config.algorithm.adv_estimator).needs_greedy_baseline:
+        raise ConfigError(
+            f"algorithm.adv_estimator={config.algorithm.adv_estimator} needs a greedy episode of the policy that "
+            f"sampled each group, which {key}.enable=true does not keep; use grpo, rloo or reinforce_plus_plus"
+        )
 
 
 def _validate_env_runtime(rollout: RolloutConfig) -> None:

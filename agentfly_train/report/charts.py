@@ -142,6 +142,23 @@ GROUPS: tuple[tuple[str, tuple[Chart, ...]], ...] = (
                 "Sampled tokens per second of generation (rollout time minus env time).",
                 "tokens/s",
             ),
+            Chart(
+                "Idle shares",
+                (("generator", "timing/generator_idle_frac"), ("trainer", "timing/trainer_idle_frac")),
+                "Share of each step's wall time the engine had no request, and the trainer waited for episodes.",
+                "fraction",
+            ),
+            Chart(
+                "Off-policy staleness",
+                (
+                    ("mean", "async/staleness_mean"),
+                    ("max", "async/staleness_max"),
+                    ("in flight at the take", "async/in_flight"),
+                    ("dropped (total)", "async/dropped"),
+                ),
+                "async_training: policy versions between the trainer and the episodes it trains, episodes still in "
+                "flight when it took them, and episodes dropped for staleness.",
+            ),
         ),
     ),
 )

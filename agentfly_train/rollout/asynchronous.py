@@ -8,31 +8,16 @@ prompts; only the order in which they reach the engine differs).
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import gymnasium as gym
 
-from agentfly_train.generation.base import Generation, GenerationBackend, SamplingParams
+from agentfly_train.generation.base import GenerationBackend, SamplingParams
 from agentfly_train.rollout.codec import ChatCodec
-from agentfly_train.rollout.episode import (
-    EngineTime,
-    RolloutBudgets,
-    StepResult,
-    Trajectory,
-    finish,
-    needs_env_step,
-    record_turn,
-    room_left,
-    start_episode,
-    step_env,
-    turn_budget,
-)
-
-_REQUEST_IDS = itertools.count()
+from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory
+from agentfly_train.rollout.stream import EpisodeStream, run_to_end
 
 
 def run_rollouts_async(
@@ -45,7 +30,8 @@ def run_rollouts_async(
     executor: ThreadPoolExecutor,
     timing: EngineTime | None = None,
 ) -> list[Trajectory]:
-    """Runs one episode per ``(env, task)`` pair to the end, each at its own pace.
+    """Runs one episode per ``(env, task)`` pair to the end, each at its own pace
+    (an :class:`~agentfly_train.rollout.stream.EpisodeStream` pumped until they have ended).
 
     Args:
         envs: Environments, one per episode (reset here with ``options={"task": task}``).
@@ -61,49 +47,5 @@ def run_rollouts_async(
     Returns:
         One :class:`Trajectory` per episode, in order (the synchronous loop's, under greedy decoding).
     """
-    trajectories = [start_episode(env, task, codec) for env, task in zip(envs, tasks, strict=True)]
-    requests: dict[str, int] = {}  # request id -> episode
-    rooms: dict[int, int] = {}
-
-    def submit(index: int) -> None:
-        trajectory = trajectories[index]
-        request_id = f"episode-{index}-{next(_REQUEST_IDS)}"
-        requests[request_id] = index
-        rooms[index] = room_left(trajectory, budgets)
-        prompt = trajectory.prompt_ids + trajectory.completion_ids
-        engine.submit(request_id, prompt, turn_budget(trajectory, budgets), params)
-
-    def advance(index: int, generation: Generation, text: str, stepped: StepResult | None) -> None:
-        trajectory, env = trajectories[index], envs[index]
-        if not record_turn(trajectory, env, generation, text, stepped, codec, budgets):
-            return
-        if trajectory.num_turns >= budgets.max_turns:
-            finish(trajectory, env, "max_turns")
-        else:
-            submit(index)
-
-    for index in range(len(envs)):
-        submit(index)
-    stepping: dict[Future[StepResult], tuple[int, Generation, str]] = {}
-    while engine.has_unfinished() or stepping:
-        start = time.perf_counter()
-        if engine.has_unfinished():
-            finished = engine.step()
-            if timing is not None:
-                timing.busy_s += time.perf_counter() - start
-        else:  # every unfinished episode waits on its env
-            wait(list(stepping), return_when=FIRST_COMPLETED)
-            finished = []
-            if timing is not None:
-                timing.idle_s += time.perf_counter() - start
-        for request_id, generation in finished:
-            index = requests.pop(request_id)
-            text = codec.decode(generation.token_ids)
-            if needs_env_step(generation, rooms[index]):
-                stepping[executor.submit(step_env, envs[index], text)] = (index, generation, text)
-            else:
-                advance(index, generation, text, None)
-        for future in [future for future in stepping if future.done()]:
-            index, generation, text = stepping.pop(future)
-            advance(index, generation, text, future.result())
-    return trajectories
+    stream = EpisodeStream(engine, codec, budgets, executor, timing)
+    return run_to_end(stream, envs, tasks, params, range(len(envs)))

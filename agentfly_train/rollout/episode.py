@@ -65,6 +65,9 @@ class Trajectory:
         error_counts: The env's ``info["error_counts"]`` at the episode's last step.
         reward_components: The reward's components (``info["reward_components"]``) when the env scored it.
         reward_error: Why the reward function failed (``info["reward_error"]``; the episode scored 0), or ``None``.
+        versions: Per completion token, the policy version that sampled it (-1 on ``env_mask = 0`` tokens); a turn
+            carries the version its request was submitted under (off-policy training,
+            :mod:`~agentfly_train.rollout.stream`; 0 throughout otherwise).
     """
 
     prompt_ids: list[int]
@@ -83,12 +86,16 @@ class Trajectory:
     error_counts: dict[str, int] = field(default_factory=dict)
     reward_components: dict[str, float] = field(default_factory=dict)
     reward_error: str | None = None
+    versions: list[int] = field(default_factory=list)
 
-    def extend(self, token_ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None) -> None:
-        """Appends tokens to the completion, with their mask and log-probabilities."""
+    def extend(
+        self, token_ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None, version: int = -1
+    ) -> None:
+        """Appends tokens to the completion, with their mask, log-probabilities and policy version (sampled tokens)."""
         self.completion_ids.extend(token_ids)
         self.env_mask.extend([int(trained)] * len(token_ids))
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(token_ids))
+        self.versions.extend([version if trained else -1] * len(token_ids))
 
 
 def _episode_counts(info: Mapping[str, Any]) -> tuple[int, int]:
@@ -162,6 +169,7 @@ def record_turn(
     stepped: StepResult | None,
     codec: ChatCodec,
     budgets: RolloutBudgets,
+    version: int = 0,
 ) -> bool:
     """Appends a sampled turn and the env's answer to it to the trajectory.
 
@@ -173,11 +181,12 @@ def record_turn(
         stepped: The env's step on ``text``, or ``None`` when the completion budget cut the turn.
         codec: Chat-template token ids.
         budgets: The episode's limits.
+        version: The policy version that sampled the turn.
 
     Returns:
         Whether the episode goes on (it may still run out of turns: see :func:`finish`).
     """
-    trajectory.extend(generation.token_ids, trained=True, logprobs=generation.logprobs)
+    trajectory.extend(generation.token_ids, trained=True, logprobs=generation.logprobs, version=version)
     trajectory.messages.append(assistant_message(text))
     trajectory.num_turns += 1
     if stepped is None:

@@ -21,6 +21,9 @@ ALGORITHM_STATE_FILE = "algorithm_state.json"
 """The KL controller's state in a checkpoint directory."""
 CRITIC_DIR = "critic"
 """The critic's weights and optimiser state in a checkpoint directory."""
+SCHEDULE_STATE_FILE = "rollout_schedule_{process}.json"
+"""Each process's rollout schedule state (:meth:`~agentfly_train.trainer.schedules.RolloutSchedule.state_dict`), when
+it has one (off-policy training: the prompts not yet trained)."""
 
 
 class CheckpointMixin:
@@ -35,7 +38,7 @@ class CheckpointMixin:
         return str(self._staging) if self._staging is not None else super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        """TRL's checkpoint plus the KL controller and the critic, written atomically
+        """TRL's checkpoint plus the KL controller, the critic and the rollout schedule's state, written atomically
         (:mod:`agentfly_train.checkpoints`): every process writes its part into ``checkpoint-K.tmp/``, then the
         main process adds the manifest and renames it to ``checkpoint-K``. A failed or interrupted save leaves no
         staging directory behind.
@@ -57,6 +60,11 @@ class CheckpointMixin:
                 (staged / ALGORITHM_STATE_FILE).write_text(json.dumps({"kl_ctrl": self.kl_ctrl.state_dict()}))
             if self.critic is not None:
                 self.critic.save(str(staged / CRITIC_DIR))
+            schedule_state = self.schedule.state_dict()
+            if schedule_state:
+                staged.mkdir(parents=True, exist_ok=True)
+                path = staged / SCHEDULE_STATE_FILE.format(process=self.accelerator.process_index)
+                path.write_text(json.dumps(schedule_state))
             super()._save_checkpoint(model, trial)
             self.accelerator.wait_for_everyone()
             if self.args.should_save:
@@ -90,7 +98,7 @@ class CheckpointMixin:
         super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        """TRL's resume, plus the KL controller and the critic of the checkpoint."""
+        """TRL's resume, plus the KL controller, the critic and the rollout schedule's state of the checkpoint."""
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
@@ -99,3 +107,6 @@ class CheckpointMixin:
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         if self.critic is not None:
             self.critic.load(str(Path(checkpoint) / CRITIC_DIR))
+        schedule_state = Path(checkpoint) / SCHEDULE_STATE_FILE.format(process=self.accelerator.process_index)
+        if schedule_state.is_file():
+            self.schedule.load_state_dict(json.loads(schedule_state.read_text()))

@@ -69,6 +69,7 @@ from agentfly_train.rollout import (
 from agentfly_train.trainer.checkpointing import CheckpointMixin
 from agentfly_train.trainer.forwards import ForwardsMixin
 from agentfly_train.trainer.rollouts import RolloutMixin
+from agentfly_train.trainer.schedules import RolloutSchedule, SyncSchedule
 from agentfly_train.trl_args import RLSettings, check_trainer_setup
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
@@ -104,6 +105,8 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             ``None``: Hugging Face ``generate`` on the policy. One that
             :attr:`~agentfly_train.generation.GenerationBackend.has_own_weights` is given the policy's weights after
             each optimiser step.
+        schedule: How training episodes reach the trainer (:mod:`~agentfly_train.trainer.schedules`);
+            ``None``: rollout, then update (:class:`~agentfly_train.trainer.schedules.SyncSchedule`).
         **kwargs: ``GRPOTrainer`` arguments (``model``, ``args``, ``train_dataset``, ``processing_class``,
             ``callbacks``, ``peft_config``); ``reward_funcs`` and ``rollout_func`` are set here. ``args.beta``
             must be non-zero when a KL term needs the reference model (TRL loads it only then).
@@ -125,9 +128,11 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         log_val_generations: int = 8,
         log_train_generations: int = 0,
         backend: GenerationBackend | Callable[[Policy], GenerationBackend] | None = None,
+        schedule: RolloutSchedule | None = None,
         **kwargs: Any,
     ) -> None:
         self.agent = agent
+        self.schedule = schedule or SyncSchedule()
         self.rl = rl
         self.estimator = get_advantage_estimator(self.rl.algorithm.adv_estimator)
         self.kl_ctrl = kl_ctrl
@@ -182,6 +187,8 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
                 self._log_rollout_gap([chunk])
             else:  # the batch makes one optimiser step: the loss's forward passes are π_train, measured there
                 self._gap_chunks = []
+        if mode == "train" and self.schedule.behaviour_is_old:  # PPO's ratio against the policy that sampled
+            output["old_per_token_logps"] = output["sampling_per_token_logps"]
         return output
 
     def _rollout_gap(self, train_logps: Tensor, inputs: Mapping[str, Any]) -> tuple[Tensor | None, Tensor]:
@@ -335,12 +342,14 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         kl = kl_penalty(logps, inputs["ref_per_token_logps"], rl.actor.kl_loss_type) if rl.actor.use_kl_loss else None
         return logps, entropies, aux_loss, kl
 
+    @property
+    def optimizer_steps_per_rollout(self) -> int:
+        """Optimiser steps one rollout batch feeds (its mini-batches, in each PPO epoch)."""
+        return self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
+
     def _in_critic_warmup(self) -> bool:
         """Whether the current rollout step is one of the first ``critic_warmup``."""
-        optimizer_steps_per_rollout = (
-            self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
-        )
-        return self.state.global_step // optimizer_steps_per_rollout < self.rl.critic_warmup
+        return self.state.global_step // self.optimizer_steps_per_rollout < self.rl.critic_warmup
 
     def _step_denominator(self) -> Tensor:
         """The loss denominator of the current optimiser step, from the micro-batches TRL buffered for it."""

