@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from agentfly_train.config import TrainConfig
+from agentfly_train.config import AGENT_TYPES, TrainConfig
 
 
 def changed_keys(config: TrainConfig) -> dict[str, Any]:
@@ -69,9 +69,11 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     steps = trainer.total_training_steps or steps_per_epoch * trainer.total_epochs
     lines = ["configuration (keys that differ from the defaults):"]
     lines += [f"  {key} = {value!r}" for key, value in changed_keys(config).items()] or ["  (none)"]
-    reward = getattr(unwrapped.reward_fn, "__name__", unwrapped.reward_fn)
+    reward_fn = getattr(unwrapped, "reward_fn", None)  # envs of other libraries score with their own rewards
+    reward = getattr(reward_fn, "__name__", reward_fn) or "the env's own"
+    tools = [tool["function"]["name"] for tool in info["tools"]]
     lines += [
-        f"env: {config.env_id} with tools {list(unwrapped.tools)}, parser {type(unwrapped.parser).__name__} "
+        f"env: {config.env_id} with tools {tools}, parser {AGENT_TYPES[agent.agent_type]} "
         f"(agent.agent_type={agent.agent_type}), reward {reward}",
         *([f"note: {codec.note}"] if codec.note else []),
         f"data: {len(rows)} training rows, {len(val)} validation rows",

@@ -1,7 +1,9 @@
 """The README's code and claims stay true."""
 
-import ast
+import json
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -44,19 +46,37 @@ NOT_RUN = {
 the README and of the pages under docs/ is run by the test marked ``@runs_readme_command`` with it."""
 
 
+MARKED_COMMANDS = """
+import ast, json, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+marked, errors = {}, []
+for path in sorted((root / "tests").rglob("*.py")):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "runs_readme_command":
+            for argument in node.args:
+                where = f"{path.relative_to(root)}:{argument.lineno}"
+                if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                    marked[argument.value] = where
+                else:
+                    errors.append(f"{where}: runs_readme_command takes the README's commands as string literals")
+print(json.dumps({"marked": marked, "errors": errors}))
+"""
+
+
 def marked_commands() -> dict[str, str]:
-    """Every command named in a ``runs_readme_command(...)`` mark under tests/, normalised, with the test file."""
-    marked: dict[str, str] = {}
-    for path in sorted((REPO_ROOT / "tests").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "runs_readme_command":
-                for argument in node.args:
-                    where = f"{path.relative_to(REPO_ROOT)}:{argument.lineno}"
-                    assert isinstance(argument, ast.Constant) and isinstance(argument.value, str), (
-                        f"{where}: runs_readme_command takes the README's commands as string literals"
-                    )
-                    marked[normalise_command(argument.value)] = where
-    return marked
+    """Every command named in a ``runs_readme_command(...)`` mark under tests/, normalised, with the test file.
+
+    The test files are parsed in a child process: CPython 3.11's ``ast.parse`` shares one recursion counter between
+    threads, and a thread another test left running (e.g. ScienceWorld's Java gateway) made it fail with
+    ``SystemError: AST constructor recursion depth mismatch``.
+    """
+    found = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", MARKED_COMMANDS, str(REPO_ROOT)], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert not found["errors"], "\n".join(found["errors"])
+    return {normalise_command(command): where for command, where in found["marked"].items()}
 
 
 def test_every_documented_command_is_run_by_a_test_or_says_why_not():

@@ -25,7 +25,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, TaskFormatError
-from agentfly_envs.parsers import Action
+from agentfly_envs.parsers import Action, get_parser
 from agentfly_envs.spaces import TextSpace
 
 INSTALL_HINT = 'agentfly/Verifiers needs verifiers: pip install "agentfly-rl[verifiers]"'
@@ -71,7 +71,8 @@ class VerifiersEnv(gym.Env[str, Action]):
         taskset_options: Fields of the taskset's config (``vf.TasksetConfig`` or its own subclass).
         num_tasks: Tasks taken from the taskset, in order.
         max_turns: Turns per episode; only 1 is meaningful (the reply ends the episode).
-        parser: Unused: the reply's text is what the rewards read (accepted so a trainer can pass its format).
+        parser: The format of the replies (a registered parser; default ``tool_calls``): the tasks have no tools, so
+            every reply is the final answer, and the rewards read its text.
         truncation_reward: Never given (an episode always ends scored); kept for the trainer.
 
     Raises:
@@ -100,6 +101,7 @@ class VerifiersEnv(gym.Env[str, Action]):
         if not tasks:
             raise ValueError(f"the verifiers taskset {taskset!r} has no tasks")
         self.taskset = taskset
+        self.parser = get_parser(parser or "tool_calls")
         self.tasks = TaskRows(tasks)
         self.truncation_reward = float(truncation_reward)
         self.observation_space = TextSpace(1 << 20)

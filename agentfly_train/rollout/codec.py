@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentfly_envs.parsers import Action
+from agentfly_envs.parsers import Action, ToolCall, call_from_object
 
 _PROBE_USER = {"role": "user", "content": "x"}
 _PROBE_CALL = {"type": "function", "function": {"name": "probe", "arguments": {}}}
@@ -24,6 +24,24 @@ class RoundTripError(TemplateError):
 def assistant_message(action: Action) -> dict[str, Any]:
     """An env action as the assistant message the chat template renders (text becomes its ``content``)."""
     return dict(action) if isinstance(action, Mapping) else {"role": "assistant", "content": action}
+
+
+def _checked_calls(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``tool_calls`` of a parsed turn that name a tool and carry object arguments (as the template renders
+    calls), and ``parse_errors`` for the others: a call the policy wrote without a name is the env's ``Error:``
+    observation, and must not reach the template when the turn is rendered again."""
+    entries = message.get("tool_calls") or []
+    if isinstance(entries, str) or not isinstance(entries, Sequence):
+        entries = [entries]
+    calls: list[dict[str, Any]] = []
+    errors = list(message.get("parse_errors") or [])
+    for position, entry in enumerate(entries, start=1):
+        call = call_from_object(entry, position)
+        if isinstance(call, ToolCall):
+            calls.append(call.as_openai())
+        else:
+            errors.append(call)
+    return ({"tool_calls": calls} if calls else {}) | ({"parse_errors": errors} if errors else {})
 
 
 class ChatCodec:
@@ -130,7 +148,8 @@ class ChatCodec:
                 "content": content,
                 "parse_errors": [f"the tool call cannot be read: {reason}"],
             }
-        return {**message, "role": "assistant", "content": message.get("content") or ""}
+        turn = {key: value for key, value in message.items() if key not in ("tool_calls", "parse_errors")}
+        return {**turn, "role": "assistant", "content": message.get("content") or "", **_checked_calls(message)}
 
     @functools.cached_property
     def _header(self) -> str:

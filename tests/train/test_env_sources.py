@@ -87,8 +87,21 @@ def test_tiny_model_trains_two_steps_on_a_verifiers_taskset(readme, tmp_path, mo
     assert {tuple(json.loads(line)["reward_components"]) for line in samples} == {("correct",)}
 
 
+def test_dry_run_checks_a_verifiers_taskset(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("verifiers", reason='needs verifiers (the "verifiers" extra)')
+    (tmp_path / "tiny_sums.py").write_text(TINY_SUMS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    arguments = ["--config", "quickstart", "agent.env=verifiers:tiny_sums", "agent.env_kwargs={}"]
+    arguments += ["data.val_env_kwargs={}", "agent.max_turns=1", "sft.enable=false", "--dry-run"]
+    assert main(arguments) == 0
+    out = capsys.readouterr().out
+    assert "env: agentfly/Verifiers with tools [], parser tool_calls (agent.agent_type=hf), reward the env's own" in out
+    assert out.rstrip().endswith("round trip ok")
+
+
 @runs_readme_command(
-    'python -m agentfly_envs serve agentfly/Arith-Calc --port 8000 --env-kwargs \'{"level": "single"}\''
+    'python -m agentfly_envs serve agentfly/Arith-Calc --port 8000 '
+    '--env-kwargs \'{"level": "single", "parser": "tool_calls"}\''
 )
 def test_tiny_model_trains_two_steps_on_a_served_env(readme, tmp_path):
     pytest.importorskip("openenv", reason='needs openenv-core (the "openenv" extra)')

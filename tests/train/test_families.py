@@ -136,6 +136,21 @@ def test_malformed_native_calls_are_error_observations():
     assert info["error_counts"]["parse_error"] == 1
 
 
+def test_a_native_call_without_a_name_is_an_error_observation_and_the_episode_goes_on():
+    tokenizer = family_tokenizer("qwen3")
+    opening, steps = episode("reasoning_content")
+    codec = choose_codec(tokenizer, TOOLS, get_parser("tool_calls"), {}, opening, steps)
+    nameless = codec.encode('<tool_call>\n{"arguments": {"expression": "1"}}\n</tool_call><|im_end|>')
+    action = codec.decode(nameless)
+    assert "tool_calls" not in action and "has no 'name'" in action["parse_errors"][0]
+    env = gym.make("agentfly/Arith-Calc", parser="tool_calls")
+    env.reset(options={"index": 0})
+    observation, _, terminated, _, info = env.step(action)
+    assert observation.startswith("Error:") and "has no 'name'" in observation and not terminated
+    follow = tokenizer.decode(codec.observation_ids(info["messages"], closed_turn=True, action=action))
+    assert "has no 'name'" in follow and follow.endswith("<|im_start|>assistant\n")
+
+
 def test_qwen3_own_template_trains_with_trl_training_variant_and_says_so():
     tokenizer = family_tokenizer("qwen3")
     opening, steps = episode(None)  # golden turns carry no reasoning: the last turn's empty <think> differs

@@ -283,7 +283,12 @@ def test_report_shows_eval_pass_at_k_as_a_table(tmp_path, browser):
     low, high = eval_scores()["overall"]["pass@k_ci"]
     assert rows[0] == ["task", "samples", "correct", "pass@2", "mean@2"]
     assert rows[1][0] == "overall (3 tasks)" and rows[1][3] == f"0.6667 [{low:.4g}, {high:.4g}]"
-    assert rows[2:] == [["0", "3", "2", "1", "0.6667"], ["1", "3", "0", "0", "0"], ["2", "3", "3", "1", "1"]]
+    assert [row[:3] for row in rows[2:]] == [["0", "3", "2"], ["1", "3", "0"], ["2", "3", "3"]]
+    for row, task in zip(rows[2:], eval_scores()["tasks"], strict=True):
+        for cell, name in zip(row[3:], ("pass@k", "mean@k"), strict=True):
+            low, high = task[f"{name}_ci"]
+            assert cell == f"{task[name]:.4g} [{low:.4g}, {high:.4g}]"
+    assert rows[2][3:] == ["1 [0, 1]", "0.6667 [0, 1]"] and rows[3][3:] == ["0 [0, 0]", "0 [0, 0]"]
     assert "agentfly/Arith-Calc: k = 2" in table.find_element("css selector", "caption").text
     assert console_errors(browser) == []
 
