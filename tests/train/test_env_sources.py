@@ -100,7 +100,7 @@ def test_dry_run_checks_a_verifiers_taskset(tmp_path, monkeypatch, capsys):
 
 
 @runs_readme_command(
-    'python -m agentfly_envs serve agentfly/Arith-Calc --port 8000 '
+    "python -m agentfly_envs serve agentfly/Arith-Calc --port 8000 "
     '--env-kwargs \'{"level": "single", "parser": "tool_calls"}\''
 )
 def test_tiny_model_trains_two_steps_on_a_served_env(readme, tmp_path):
