@@ -28,6 +28,16 @@ def sequences(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
     return input_ids, torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
 
 
+PIXEL_KEYS = ("pixel_values", "image_grid_thw", "num_images")
+"""A vision-language batch's image inputs, in TRL's ragged layout
+(:meth:`~agentfly_train.vision.ImageInputs.pixel_inputs`)."""
+
+
+def pixel_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`PIXEL_KEYS` entries of a batch dict (``{}`` for a text batch)."""
+    return {key: batch[key] for key in PIXEL_KEYS if key in batch}
+
+
 def outcome_rewards(scores: Tensor, mask: Tensor) -> Tensor:
     """Token-level rewards of episodes scored once: each score on its episode's last sampled token.
 

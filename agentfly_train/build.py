@@ -60,10 +60,14 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
     """The chat codec for the env's tools and format, checked on a sample episode (the task's golden episode, after a
     call of the env's first tool where it calls none; :func:`~agentfly_train.chat_templates.choice.choose_codec`).
 
+    A run whose env shows screenshots gets the policy's image inputs (:func:`~agentfly_train.models.policy_images`).
+
     Raises:
-        ConfigError: the template cannot serve the run (one line naming ``agent.template`` or ``agent.agent_type``).
+        ConfigError: the template cannot serve the run (one line naming ``agent.template`` or ``agent.agent_type``),
+            or the env shows screenshots to a model that cannot see them.
     """
     from agentfly_train.chat_templates.choice import choose_codec
+    from agentfly_train.models import policy_images
 
     _, info = env.reset(options={"task": sample_task})
     parser = get_parser(AGENT_TYPES[config.agent.agent_type])  # the format the env was built with (env_kwargs)
@@ -79,7 +83,10 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
         steps.append((action, [] if terminated or truncated else step_info["messages"]))
         if terminated or truncated:
             break
-    return choose_codec(tokenizer, info["tools"], parser, config.agent.chat_template_kwargs, info["messages"], steps)
+    images = policy_images(config, tokenizer)
+    return choose_codec(
+        tokenizer, info["tools"], parser, config.agent.chat_template_kwargs, info["messages"], steps, images
+    )
 
 
 def _probe_call(parser: Any, tools: list[dict[str, Any]]) -> list[Any]:
@@ -248,6 +255,7 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any])
             max_turns=config.agent.turns,
             max_tokens_per_turn=config.agent.max_tokens_per_turn,
             response_length=rollout.response_length,
+            max_images=config.agent.max_images,
         ),
         train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
         val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),

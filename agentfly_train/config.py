@@ -33,6 +33,9 @@ FILES_ENV = "agentfly/Files"
 """The env built from ``data.train_files`` + ``agent.tools`` + ``agent.reward_name`` when ``agent.env`` is unset."""
 TINY_MODEL = "agentfly:tiny"
 """``actor_rollout_ref.model.path`` value that builds the tiny local model and tokenizer (no download)."""
+TINY_VL_MODEL = "agentfly:tiny-vl"
+"""``actor_rollout_ref.model.path`` value that builds a tiny Qwen2.5-VL-architecture model, tokenizer and image
+processor (no download), a vision-language policy for offline runs and tests."""
 
 AGENT_TYPES = {"hf": "tool_calls", "hermes": "hermes", "react": "react", "code": "code", "gui": "gui"}
 """``agent.agent_type`` -> the env parser that reads the model's turns (``hf``: the trainer reads the chat template's
@@ -92,6 +95,12 @@ class AgentConfig:
         imports: The user's modules (dotted names) or ``.py`` files, imported before the configuration is checked
             (and on every process that builds envs): what they register (tools, rewards, parsers, env ids,
             estimators, backends) can then be named by the other keys.
+        max_images: Images (screenshots) in an episode's context, prompt and observations together; an observation's
+            image beyond it is replaced by a one-line text placeholder before it is tokenised, so the sequence the
+            policy sampled from is the one trained (earlier images stay in the context). ``null``: no cap.
+        image_max_pixels: Largest image the policy sees, in pixels (width x height): the image processor scales a
+            larger screenshot down (aspect kept, sides in multiples of its patch size) for rollouts and the loss
+            alike; ``null``: the processor's own limit.
     """
 
     env: str | None = None
@@ -109,6 +118,13 @@ class AgentConfig:
     use_agent: bool = True
     backend: str | None = None
     imports: list[str] = field(default_factory=list)
+    max_images: int | None = None
+    image_max_pixels: int | None = None
+
+    @property
+    def sees_images(self) -> bool:
+        """Whether the env's observations hold images (``env_kwargs.obs=screenshot``): a vision-language policy."""
+        return self.env_kwargs.get("obs") == "screenshot"
 
     @property
     def turns(self) -> int:
@@ -945,6 +961,11 @@ def validate(config: TrainConfig) -> None:
         )
     check_choice("actor_rollout_ref.rollout.mode", rollout.mode, ["colocate", "server"])
     backend = registered("actor_rollout_ref.rollout.name / agent.backend", GENERATION_BACKENDS, config.backend)
+    if agent.sees_images and not backend.supports_images:
+        raise ConfigError(
+            f"agent.env_kwargs.obs=screenshot: the {config.backend} backend does not sample from prompts with images "
+            "here (vLLM is handed token ids only); set actor_rollout_ref.rollout.name=hf"
+        )
     if config.async_episodes and not backend.streams:
         raise ConfigError(
             f"actor_rollout_ref.rollout.async_episodes=true needs a backend that streams requests (vllm); "
@@ -987,6 +1008,9 @@ def validate(config: TrainConfig) -> None:
     ):
         check_positive(key, value)
     check_positive("trainer.total_training_steps", trainer.total_training_steps, allow_none=True)
+    check_positive("agent.image_max_pixels", agent.image_max_pixels, allow_none=True)
+    if agent.max_images is not None and agent.max_images < 0:
+        raise ConfigError(f"agent.max_images must be >= 0 (null: no cap), got {agent.max_images}")
     check_positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, allow_none=True)
     if trainer.n_gpus_per_node < 0:
         raise ConfigError(f"trainer.n_gpus_per_node must be >= 0 (0: a CPU run), got {trainer.n_gpus_per_node}")
@@ -1145,10 +1169,30 @@ def _validate_model_path(config: TrainConfig) -> None:
         ("actor_rollout_ref.model.path", config.model_path),
         ("critic.model.path", config.critic.model.path),
     ):
-        if path is None or path == TINY_MODEL or Path(path).expanduser().exists():
+        if path is None or path in (TINY_MODEL, TINY_VL_MODEL) or Path(path).expanduser().exists():
             continue
         if path.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path):
             raise ConfigError(f"{key}={path!r}: no such directory (and not a Hub id like Qwen/Qwen2.5-3B-Instruct)")
+
+
+def _validate_images(config: TrainConfig, trains_critic: bool) -> None:
+    """What a vision-language run cannot combine: the passes that run the model without its images."""
+    if not config.agent.sees_images:
+        return
+    if trains_critic:
+        raise ConfigError(
+            f"algorithm.adv_estimator={config.algorithm.adv_estimator} trains a critic, which does not see the "
+            "screenshots (agent.env_kwargs.obs=screenshot); use an estimator without one (grpo, rloo, "
+            "reinforce_plus_plus)"
+        )
+    actor, algorithm = config.actor_rollout_ref.actor, config.algorithm
+    if (actor.use_kl_loss and actor.kl_loss_type == "full") or (
+        algorithm.use_kl_in_reward and algorithm.kl_penalty == "full"
+    ):
+        raise ConfigError(
+            "the exact (full) KL runs the model without the screenshots (agent.env_kwargs.obs=screenshot); use "
+            "kl_loss_type / kl_penalty low_var_kl, kl or mse"
+        )
 
 
 def _validate_algorithm(config: TrainConfig) -> None:
@@ -1180,6 +1224,7 @@ def _validate_algorithm(config: TrainConfig) -> None:
             "set use_kl_loss=false to train without the KL loss"
         )
     estimator = ADVANTAGE_ESTIMATORS.get(algorithm.adv_estimator)
+    _validate_images(config, estimator.trains_critic)
     if estimator.compares_responses and config.agent.num_chains < 2:
         alone = ", ".join(name for name, other in ADVANTAGE_ESTIMATORS.items() if not other.compares_responses)
         raise ConfigError(

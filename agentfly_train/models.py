@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from agentfly_train.config import TINY_MODEL, ConfigError, TrainConfig
+from agentfly_train.config import TINY_MODEL, TINY_VL_MODEL, ConfigError, TrainConfig
 
 
 def resolve_chat_template(template: str | None) -> str | None:
@@ -94,8 +94,9 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
     """The policy model (float32 weights; mixed precision is applied by the trainer) and its tokenizer.
 
     ``agentfly:tiny`` builds a tiny Qwen2-architecture model and a tokenizer trained on generated task
-    text (no download); anything else is loaded with ``from_pretrained``. The tokenizer is
-    :func:`policy_tokenizer`'s.
+    text (no download), ``agentfly:tiny-vl`` a tiny Qwen2.5-VL one; anything else is loaded with
+    ``from_pretrained`` (a checkpoint whose configuration has a ``vision_config`` as an image-text-to-text model).
+    The tokenizer is :func:`policy_tokenizer`'s.
 
     Returns:
         ``(model, tokenizer)``.
@@ -113,10 +114,66 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
             num_layers=model_config.tiny_num_layers,
             seed=config.trainer.seed,
         )
+    elif config.model_path == TINY_VL_MODEL:
+        from agentfly_train.tiny_model import build_vl_model
+
+        model = build_vl_model(
+            tokenizer,
+            hidden_size=model_config.tiny_hidden_size,
+            num_layers=model_config.tiny_num_layers,
+            seed=config.trainer.seed,
+        )
     else:
         kwargs = {"trust_remote_code": model_config.trust_remote_code}
-        model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype=torch.float32, **kwargs)
+        auto = AutoModelForCausalLM
+        if _is_vision_language(config.model_path, **kwargs):
+            from transformers import AutoModelForImageTextToText as auto
+        model = auto.from_pretrained(config.model_path, dtype=torch.float32, **kwargs)
     return model, tokenizer
+
+
+def _is_vision_language(path: str, **kwargs: Any) -> bool:
+    from transformers import AutoConfig
+
+    return getattr(AutoConfig.from_pretrained(path, **kwargs), "vision_config", None) is not None
+
+
+def policy_images(config: TrainConfig, tokenizer: Any) -> Any:
+    """The image inputs (:class:`~agentfly_train.vision.ImageInputs`) of a run whose env shows screenshots
+    (``agent.env_kwargs.obs=screenshot``): the model's image processor, with ``agent.image_max_pixels`` applied, and
+    the tokenizer's image token; ``None`` for a text run.
+
+    Raises:
+        ConfigError: the model has no image processor or its tokenizer no image token (a text-only model).
+    """
+    if not config.agent.sees_images:
+        return None
+    from agentfly_train.vision import ImageInputs
+
+    max_pixels = config.agent.image_max_pixels
+    if config.model_path == TINY_VL_MODEL:
+        from agentfly_train.tiny_model import build_vl_image_processor
+
+        processor = build_vl_image_processor(**({"max_pixels": max_pixels} if max_pixels else {}))
+    else:
+        from transformers import AutoImageProcessor
+
+        try:
+            processor = AutoImageProcessor.from_pretrained(
+                config.model_path, trust_remote_code=config.actor_rollout_ref.model.trust_remote_code
+            )
+        except (OSError, ValueError) as error:
+            raise ConfigError(
+                f"agent.env_kwargs.obs=screenshot needs a vision-language model, but {config.model_path!r} has no "
+                f"image processor ({' '.join(str(error).split())[:160]}); use e.g. Qwen/Qwen2.5-VL-3B-Instruct or "
+                f"{TINY_VL_MODEL}"
+            ) from None
+        if max_pixels:
+            processor.size = {**processor.size, "longest_edge": max_pixels}
+    try:
+        return ImageInputs.from_tokenizer(processor, tokenizer)
+    except ValueError as error:
+        raise ConfigError(f"agent.env_kwargs.obs=screenshot needs a vision-language model: {error}") from None
 
 
 def add_stop_tokens(model: Any, token_ids: list[int]) -> None:
@@ -137,6 +194,10 @@ def policy_tokenizer(config: TrainConfig) -> Any:
         from agentfly_train.tiny_model import build_tokenizer
 
         tokenizer = build_tokenizer()
+    elif config.model_path == TINY_VL_MODEL:
+        from agentfly_train.tiny_model import build_vl_tokenizer
+
+        tokenizer = build_vl_tokenizer()
     else:
         tokenizer = load_tokenizer(
             config.model_path, trust_remote_code=config.actor_rollout_ref.model.trust_remote_code

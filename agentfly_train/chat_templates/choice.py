@@ -11,6 +11,7 @@ from agentfly_envs.parsers import Action, Parser
 from agentfly_train.chat_templates.families import FAMILIES, Family, detect_family, trl_template
 from agentfly_train.config import ConfigError
 from agentfly_train.rollout.codec import ChatCodec, RoundTripError, TemplateError
+from agentfly_train.vision import ImageInputs
 
 Step = tuple[Action, Sequence[Mapping[str, Any]]]
 """An assistant action and the env's messages after it (none after the last)."""
@@ -62,6 +63,7 @@ def choose_codec(
     template_kwargs: Mapping[str, Any],
     opening: Sequence[Mapping[str, Any]],
     steps: Sequence[Step],
+    images: ImageInputs | None = None,
 ) -> ChatCodec:
     """The codec for the tokenizer's chat template (``agent.template`` applied) and the env's format, checked on an
     episode: the template renders the tools where the format needs them, reads back the calls it writes, and renders
@@ -75,6 +77,7 @@ def choose_codec(
         template_kwargs: ``agent.chat_template_kwargs``.
         opening: An episode's opening messages.
         steps: Its actions and the env's messages after each (a golden episode).
+        images: A vision-language policy's image inputs (``None``: a text policy).
 
     Returns:
         The codec, with ``description`` (one line: template, tool-call format, ``round trip ok``) and ``note``.
@@ -109,6 +112,7 @@ def choose_codec(
         "response_template": response_template,
         "tool_results": family.tool_results if family else None,
         "end_of_turn": family.end_of_turn if family else (),
+        "images": images,
     }
     read_calls = _call_reader(parser)
     codec = ChatCodec(tokenizer, tools if renders_tools else None, **options)

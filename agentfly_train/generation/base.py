@@ -18,6 +18,7 @@ from agentfly_envs.registry import Registry
 
 if TYPE_CHECKING:
     from agentfly_train.config import TrainConfig
+    from agentfly_train.vision import ImageInputs
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,19 @@ class Policy:
         sampling_model: Returns a context manager that yields the model to sample from in this process (under a
             trainer, the policy as TRL unwraps it for generation; else ``model`` itself).
         device: Where the policy's inputs go.
+        images: A vision-language policy's image inputs (``None``: a text policy).
     """
 
     model: Any
     tokenizer: Any
     sampling_model: Callable[[], contextlib.AbstractContextManager[Any]]
     device: Any
+    images: ImageInputs | None = None
 
     @classmethod
-    def plain(cls, model: Any, tokenizer: Any) -> Policy:
+    def plain(cls, model: Any, tokenizer: Any, images: ImageInputs | None = None) -> Policy:
         """A policy outside a trainer (evaluation, scripts)."""
-        return cls(model, tokenizer, lambda: contextlib.nullcontext(model), model.device)
+        return cls(model, tokenizer, lambda: contextlib.nullcontext(model), model.device, images)
 
     @property
     def eos_token_ids(self) -> list[int]:
@@ -113,6 +116,8 @@ class GenerationBackend(ABC):
     ``False``: samples from the policy model itself."""
     shared_by_processes: ClassVar[bool] = False
     """One instance serves every training process: only the main process hands it new weights."""
+    supports_images: ClassVar[bool] = False
+    """Samples from prompts holding images (:meth:`generate`'s ``images``): a vision-language policy's rollouts."""
 
     @classmethod
     def check(cls, config: TrainConfig) -> None:
@@ -143,7 +148,11 @@ class GenerationBackend(ABC):
 
     @abstractmethod
     def generate(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], params: SamplingParams
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        params: SamplingParams,
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[Generation]:
         """Samples one continuation per prompt.
 
@@ -151,6 +160,8 @@ class GenerationBackend(ABC):
             prompts: Token ids of each sequence so far (prompt and earlier turns), unpadded.
             max_new_tokens: Per-sequence budget of new tokens (each >= 1).
             params: Sampling parameters shared by the batch.
+            images: Per prompt, the images its placeholder tokens stand for, in order (only to a backend that
+                :attr:`supports_images`; ``None``: no prompt has one).
 
         Returns:
             One :class:`Generation` per prompt, in order.

@@ -12,6 +12,7 @@ from agentfly_train.generation.base import GENERATION_BACKENDS, Generation, Gene
 
 if TYPE_CHECKING:
     from agentfly_train.config import TrainConfig
+    from agentfly_train.vision import ImageInputs
 
 
 class _SampledLogprobRecorder:
@@ -54,7 +55,10 @@ class HFGenerationBackend(GenerationBackend):
         pad_token_id: Left-padding token.
         eos_token_ids: Tokens that end a turn.
         device: Where the inputs go.
+        images: A vision-language policy's image inputs (``None``: a text policy, which samples no images).
     """
+
+    supports_images = True
 
     def __init__(
         self,
@@ -62,11 +66,13 @@ class HFGenerationBackend(GenerationBackend):
         pad_token_id: int,
         eos_token_ids: Sequence[int],
         device: torch.device | str = "cpu",
+        images: ImageInputs | None = None,
     ) -> None:
         self.model_context = model_context
         self.pad_token_id = pad_token_id
         self.eos_token_ids = list(eos_token_ids)
         self.device = torch.device(device)
+        self.images = images
 
     @classmethod
     def build(cls, config: TrainConfig, policy: Policy) -> HFGenerationBackend:
@@ -76,7 +82,8 @@ class HFGenerationBackend(GenerationBackend):
     @classmethod
     def from_policy(cls, policy: Policy) -> HFGenerationBackend:
         """A backend sampling from ``policy.sampling_model``."""
-        return cls(policy.sampling_model, policy.tokenizer.pad_token_id, policy.eos_token_ids, policy.device)
+        tokenizer = policy.tokenizer
+        return cls(policy.sampling_model, tokenizer.pad_token_id, policy.eos_token_ids, policy.device, policy.images)
 
     @classmethod
     def for_model(cls, model: Any, pad_token_id: int, eos_token_ids: Sequence[int]) -> HFGenerationBackend:
@@ -94,9 +101,14 @@ class HFGenerationBackend(GenerationBackend):
                 model.train(was_training)
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], params: SamplingParams
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        params: SamplingParams,
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[Generation]:
-        """See :meth:`GenerationBackend.generate`."""
+        """See :meth:`GenerationBackend.generate` (images go in as the policy's pixel inputs and image token types,
+        from which a Qwen2.5-VL model computes its M-RoPE positions)."""
         if not prompts:
             return []
         width = max(map(len, prompts))
@@ -117,10 +129,20 @@ class HFGenerationBackend(GenerationBackend):
                 "top_k": params.top_k if params.top_k > 0 else 0,
             }
         )
+        # The image token only stands for an image's patches: the policy never writes one (a sampled one would have
+        # no image). Its log-probabilities are then those of the distribution without it (the gap is its mass).
+        pixels: dict[str, Any] = {} if self.images is None else {"suppress_tokens": [self.images.image_token_id]}
+        if images and any(images):
+            if self.images is None:
+                raise ValueError("prompts hold images but the policy has no image inputs (a text policy)")
+            pixels.update(self.images.pixel_inputs(images, self.device))
+            pixels.pop("num_images")  # generate takes the batch's images in row order
+            pixels["mm_token_type_ids"] = self.images.token_types(input_ids).to(self.device)
         with self._eval_model() as model, torch.no_grad():
             sequences = model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device),
+                **pixels,
                 max_new_tokens=max(max_new_tokens),
                 eos_token_id=self.eos_token_ids,
                 pad_token_id=self.pad_token_id,

@@ -79,7 +79,7 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         "finish_reason": trajectory.finish_reason,
         "turns": trajectory.num_turns,
         "tool_calls": trajectory.num_tool_calls,
-        "messages": trajectory.messages,
+        "messages": [_json_message(message) for message in trajectory.messages],
         "reward_components": trajectory.reward_components,
         "error_counts": {kind: count for kind, count in trajectory.error_counts.items() if count},
         "turn_calls": trajectory.turn_calls,
@@ -87,3 +87,12 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         "completion_tokens": len(trajectory.completion_ids),
         "sampled_tokens": sum(trajectory.env_mask),
     }
+
+
+def _json_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A message whose image parts (PIL images) are written as their size, ``{"type": "image", "size": [w, h]}``."""
+    content = message.get("content")
+    if isinstance(content, str | None):
+        return message
+    parts = [{"type": "image", "size": list(p["image"].size)} if p.get("type") == "image" else p for p in content]
+    return {**message, "content": parts}

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentfly_envs.parsers import Action, ToolCall, call_from_object
+from agentfly_train.vision import ImageInputs, message_images
 
 _PROBE_USER = {"role": "user", "content": "x"}
 _PROBE_CALL = {"type": "function", "function": {"name": "probe", "arguments": {}}}
@@ -61,6 +62,8 @@ class ChatCodec:
         tool_results: For templates without a ``tool`` role: the format (with ``{content}``) of a tool result in
             the user turn that carries a turn's results; ``None`` renders role ``tool`` as is.
         end_of_turn: Tokens besides the EOS that end an assistant turn (gpt-oss's ``<|call|>``).
+        images: A vision-language policy's image inputs: each image token the template writes for a message's
+            image is expanded to the image's placeholder tokens (``None``: a text policy).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class ChatCodec:
         response_template: Mapping[str, Any] | None = None,
         tool_results: str | None = None,
         end_of_turn: Sequence[str] = (),
+        images: ImageInputs | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.tools = tools
@@ -80,6 +84,7 @@ class ChatCodec:
         self.template_kwargs = dict(template_kwargs or {})
         self.response_template = response_template
         self.tool_results = tool_results
+        self.images = images
         self.eos_token_id: int = tokenizer.eos_token_id
         self.end_tokens: list[str] = [token for token in (tokenizer.eos_token, *end_of_turn) if token]
         """Texts of the tokens that end an assistant turn, the EOS first."""
@@ -125,9 +130,11 @@ class ChatCodec:
             after_tool = message["role"] == "tool"
         return out
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of template text (no special tokens added)."""
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    def encode(self, text: str, images: Sequence[Any] = ()) -> list[int]:
+        """Token ids of template text (no special tokens added), its image tokens expanded to the placeholder
+        tokens of ``images`` (the images of the rendered messages, in order; a vision-language policy's codec)."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids if self.images is None else self.images.expand(ids, images)
 
     def decode(self, token_ids: Sequence[int]) -> Action:
         """The env's action for a sampled turn: its text (end-of-turn tokens dropped), or, when the codec reads the
@@ -157,7 +164,7 @@ class ChatCodec:
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """The opening messages rendered and followed by the assistant header."""
-        return self.encode(self.render(messages, add_generation_prompt=True))
+        return self.encode(self.render(messages, add_generation_prompt=True), message_images(messages))
 
     def turn_ids(self, action: Action) -> list[int]:
         """An assistant turn as the policy samples it: its tokens through its end-of-turn token. Text is the
@@ -208,7 +215,7 @@ class ChatCodec:
                 "the chat template is not prefix-preserving: it renders an earlier assistant turn differently "
                 "once a tool turn follows"
             )
-        ids = self.encode(full[cut:])
+        ids = self.encode(full[cut:], message_images(env_messages))
         return ids if closed_turn else [self.eos_token_id, *ids]
 
     def check_episode(
@@ -251,7 +258,9 @@ class ChatCodec:
                 conversation.extend(env_messages)
                 ids += self.observation_ids(env_messages, closed_turn=True, action=action)
         ends_on_tool = bool(steps) and bool(steps[-1][1])
-        expected = self.encode(self.render(conversation, add_generation_prompt=ends_on_tool))
+        expected = self.encode(
+            self.render(conversation, add_generation_prompt=ends_on_tool), message_images(conversation)
+        )
         if expected[: len(ids)] != ids:
             position = next((i for i, (a, b) in enumerate(zip(expected, ids, strict=False)) if a != b), len(expected))
             raise TemplateError(

@@ -22,6 +22,7 @@ from agentfly_envs.core import ERROR_KINDS
 from agentfly_envs.parsers import Action
 from agentfly_train.generation import Generation
 from agentfly_train.rollout.codec import ChatCodec, assistant_message
+from agentfly_train.vision import cap_images, message_images
 
 FINISH_REASONS = ("stop", "max_turns", "length")
 """``stop``: the env ended the episode (an answer); ``max_turns``: the turn budget ran out;
@@ -36,11 +37,14 @@ class RolloutBudgets:
         max_turns: Assistant turns.
         max_tokens_per_turn: New tokens per assistant turn.
         response_length: Tokens in the whole completion, sampled and observation tokens together.
+        max_images: Images in the episode's context (prompt and observations); an observation's image beyond it
+            is replaced by text (:func:`~agentfly_train.vision.cap_images`). ``None``: no cap.
     """
 
     max_turns: int
     max_tokens_per_turn: int
     response_length: int
+    max_images: int | None = None
 
 
 @dataclass
@@ -68,6 +72,8 @@ class Trajectory:
         versions: Per completion token, the policy version that sampled it (-1 on ``env_mask = 0`` tokens); a turn
             carries the version its request was submitted under (off-policy training,
             :mod:`~agentfly_train.rollout.stream`; 0 throughout otherwise).
+        images: The images of the prompt and the observations, in the order of their placeholder tokens (PIL
+            images; a vision-language policy's episode).
     """
 
     prompt_ids: list[int]
@@ -87,6 +93,7 @@ class Trajectory:
     reward_components: dict[str, float] = field(default_factory=dict)
     reward_error: str | None = None
     versions: list[int] = field(default_factory=list)
+    images: list[Any] = field(default_factory=list)
 
     def extend(
         self, token_ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None, version: int = -1
@@ -136,11 +143,14 @@ def step_env(env: gym.Env, text: Action) -> StepResult:
     return result, time.perf_counter() - start
 
 
-def start_episode(env: gym.Env, task: Mapping[str, Any], codec: ChatCodec) -> Trajectory:
-    """Resets ``env`` into ``task`` and returns the episode's trajectory, holding the prompt."""
+def start_episode(env: gym.Env, task: Mapping[str, Any], codec: ChatCodec, max_images: int | None = None) -> Trajectory:
+    """Resets ``env`` into ``task`` and returns the episode's trajectory, holding the prompt (with at most
+    ``max_images`` images, :attr:`RolloutBudgets.max_images`)."""
     start = time.perf_counter()
     _, info = env.reset(options={"task": dict(task)})
-    trajectory = Trajectory(prompt_ids=codec.prompt_ids(info["messages"]), messages=list(info["messages"]))
+    messages = cap_images(info["messages"], max_images)
+    trajectory = Trajectory(prompt_ids=codec.prompt_ids(messages), messages=messages)
+    trajectory.images = message_images(messages)
     trajectory.env_seconds = time.perf_counter() - start
     return trajectory
 
@@ -204,12 +214,15 @@ def record_turn(
     if terminated or truncated:
         finish(trajectory, env, "stop" if terminated else "max_turns", reward, info)
         return False
-    observation = codec.observation_ids(info["messages"], closed_turn=generation.stopped, action=text)
+    room = None if budgets.max_images is None else budgets.max_images - len(trajectory.images)
+    messages = cap_images(info["messages"], room)
+    observation = codec.observation_ids(messages, closed_turn=generation.stopped, action=text)
     if len(trajectory.completion_ids) + len(observation) >= budgets.response_length:
         finish(trajectory, env, "length")
         return False
     trajectory.extend(observation, trained=False)
-    trajectory.messages.extend(info["messages"])
+    trajectory.messages.extend(messages)
+    trajectory.images.extend(message_images(messages))
     return True
 
 

@@ -130,7 +130,9 @@ class EpisodeStream:
 
     def start(self, key: int, env: gym.Env, task: Mapping[str, Any], params: SamplingParams) -> None:
         """Resets ``env`` into ``task`` and submits the episode's first turn; ``key`` names it until it is taken."""
-        self._episodes[key] = _Episode(start_episode(env, task, self.codec), env, params, self.version)
+        self._episodes[key] = _Episode(
+            start_episode(env, task, self.codec, self.budgets.max_images), env, params, self.version
+        )
         self._submit(key)
 
     def take(self, key: int) -> Trajectory:

@@ -51,17 +51,19 @@ def run_rollouts(
     Returns:
         One :class:`Trajectory` per episode, in order.
     """
-    trajectories = [start_episode(env, task, codec) for env, task in zip(envs, tasks, strict=True)]
+    trajectories = [start_episode(env, task, codec, budgets.max_images) for env, task in zip(envs, tasks, strict=True)]
     active = list(range(len(envs)))
     for _ in range(budgets.max_turns):
         if not active:
             break
         rooms = [room_left(trajectories[i], budgets) for i in active]
         start = time.perf_counter()
+        images = [trajectories[i].images for i in active]
         generations = backend.generate(
             [trajectories[i].prompt_ids + trajectories[i].completion_ids for i in active],
             [turn_budget(trajectories[i], budgets) for i in active],
             params,
+            **({"images": images} if any(images) else {}),  # a backend that supports_images (config checks)
         )
         generated = time.perf_counter()
         texts = [codec.decode(g.token_ids) for g in generations]

@@ -14,6 +14,7 @@ from agentfly_train.algorithms import (
     full_kl,
 )
 from agentfly_train.batch import (
+    pixel_inputs,
     row_slices,
     sequences,
 )
@@ -35,6 +36,7 @@ class ForwardsMixin:
                 attention_mask,
                 output["completion_ids"].shape[1],
                 batch_size=self.args.per_device_train_batch_size,
+                **pixel_inputs(output),
             )
         return logps
 

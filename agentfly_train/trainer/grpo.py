@@ -4,7 +4,7 @@ TRL keeps generation scheduling (``steps_per_generation``, ``num_iterations`` = 
 model, old and reference log-probs, the optimiser, distributed setup, logging and checkpointing. Our
 rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out episodes with ``prompt_ids``,
 ``completion_ids``, sampled ``logprobs``, ``env_mask`` and the env's reward). The algorithm is ours
-(:mod:`agentfly_train.algorithms`); we override four TRL methods:
+(:mod:`agentfly_train.algorithms`); we override five TRL methods:
 
 - ``_generate_and_score_completions``: hands the batch's task rows to the rollout, lets TRL build the batch,
   then replaces TRL's (B,) group-normalised advantages by (B, T) token-level ones: each episode's reward on
@@ -18,6 +18,10 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
   policy and the reference run their own forward (:meth:`AgentGRPOTrainer._completion_logits`). When a rollout
   batch makes a single optimiser step, TRL skips old log-probs (the policy has not moved), and the loss's own
   forward gives π_train for the engine/trainer gap and the ``rollout_is`` weights: no extra pass over the batch.
+- ``_get_per_token_logps_and_entropies``: TRL's, given the rows' images in a vision-language run: TRL computes the
+  old and reference log-probs of a rollout batch without knowing its images (they come with the episodes, from
+  ``rollout_func``), so the batch's pixel inputs are added where a call has none, and every call gets the image
+  token types (``mm_token_type_ids``) from which Qwen2.5-VL computes its M-RoPE positions.
 - ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the KL controller's state and the critic (weights
   and optimiser) go into, and come back from, the ``checkpoint-N`` directory TRL writes, which is written
   atomically with a manifest (:mod:`~agentfly_train.trainer.checkpointing`).
@@ -58,6 +62,7 @@ from agentfly_train.batch import (
     loss_mask,
     masked_stats,
     outcome_rewards,
+    pixel_inputs,
     sequences,
     step_denominator,
 )
@@ -146,6 +151,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         self._train_samples_step, self._train_samples_written = -1, 0
         self._reward_errors_noted: set[str] = set()  # reward failures already printed, once per distinct message
         self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
+        self._batch_pixels: dict[str, Any] = {}  # the rollout batch's pixel inputs while TRL scores it (VLM runs)
         check_trainer_setup(self.rl, self.estimator, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)
         super().__init__(reward_funcs=[env_reward], rollout_func=self._rollout, **kwargs)
         if critic_model is not None and (
@@ -161,7 +167,9 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             self.critic = Critic(critic_model, critic_settings, self.accelerator)
         if not isinstance(backend, GenerationBackend):
             model = self.accelerator.unwrap_model(self.model)
-            policy = Policy(model, self._tokenizer, self._generation_model, self.accelerator.device)
+            policy = Policy(
+                model, self._tokenizer, self._generation_model, self.accelerator.device, self.agent.codec.images
+            )
             backend = (backend or HFGenerationBackend.from_policy)(policy)
         self.backend = backend
         self._synced_step = -1  # the engine may hold weights from before a resumed checkpoint: sync at first use
@@ -171,7 +179,11 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's method with our advantages: the output's ``advantages`` become (B, T), 0 on tool tokens."""
         self._batch_tasks = [json.loads(row["task"]) for row in inputs]
-        output = super()._generate_and_score_completions(inputs)
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            output.update(self._batch_pixels)  # TRL's layout: pixel_values, image_grid_thw, num_images
+        finally:
+            self._batch_pixels = {}
         mode = "train" if self.model.training else "eval"
         output["advantages"] = self._advantages(output, mode)
         if mode == "train" and (
@@ -265,6 +277,20 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         """(B * processes,) float32: a per-row list of this process, gathered from all processes."""
         return gather_rows(self.accelerator, torch.tensor(per_row, dtype=torch.float32, device=self.accelerator.device))
 
+    # --- images ----------------------------------------------------------------------------------------------------
+
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Tensor, *args: Any, **kwargs: Any) -> Any:
+        """TRL's, with the rows' images in a vision-language run (see the module docstring): the rollout batch's
+        pixel inputs where the call has none (TRL's old and reference log-probs), and the (B, L) image token types
+        of ``input_ids``."""
+        images = self.agent.codec.images
+        if images is not None:
+            if kwargs.get("pixel_values") is None and self._batch_pixels:
+                kwargs.update(self._batch_pixels)
+            if kwargs.get("pixel_values") is not None:
+                kwargs["mm_token_type_ids"] = images.token_types(input_ids)
+        return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+
     # --- loss ----------------------------------------------------------------------------------------------------
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Tensor:
@@ -337,7 +363,13 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
                 ref_logits, _ = self._completion_logits(reference, input_ids, attention_mask, length)
             return logps, entropies, aux_loss, full_kl(logits, ref_logits)
         logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, length, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled
+            model,
+            input_ids,
+            attention_mask,
+            length,
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **pixel_inputs(inputs),
         )
         kl = kl_penalty(logps, inputs["ref_per_token_logps"], rl.actor.kl_loss_type) if rl.actor.use_kl_loss else None
         return logps, entropies, aux_loss, kl

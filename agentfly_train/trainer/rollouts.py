@@ -92,6 +92,9 @@ class RolloutMixin:
         else:
             trajectories = self.schedule.run(self, self._batch_tasks, self.agent.val_params)
         self._batch_rewards = [t.reward for t in trajectories]
+        if self.agent.codec.images is not None:
+            images = [t.images for t in trajectories]
+            self._batch_pixels = self.agent.codec.images.pixel_inputs(images, self.accelerator.device)
         if self.estimator.needs_greedy_baseline:
             self._batch_baselines = self._greedy_rewards(self._batch_tasks)
             self._metrics[mode]["reward/greedy_baseline/mean"].append(sum(self._batch_baselines) / len(trajectories))
