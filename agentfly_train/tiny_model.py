@@ -138,11 +138,19 @@ def build_tiny_checkpoint(directory: str | Path, **model_kwargs) -> Path:
 
 
 def build_vl_tokenizer(**kwargs):
-    """:func:`build_tokenizer` (``kwargs``) with Qwen2.5-VL's vision tokens and our ``qwen2_5_vl`` chat template,
-    which writes a message's image part as ``<|vision_start|><|image_pad|><|vision_end|>``."""
+    """:func:`build_tokenizer` (``kwargs``) made a vision-language one (:func:`add_vision_tokens`)."""
+    return add_vision_tokens(build_tokenizer(**kwargs))
+
+
+def add_vision_tokens(tokenizer):
+    """Adds Qwen2.5-VL's vision tokens to a :func:`build_tokenizer` tokenizer and gives it our ``qwen2_5_vl`` chat
+    template, which writes a message's image part as ``<|vision_start|><|image_pad|><|vision_end|>``.
+
+    Returns:
+        ``tokenizer``, changed.
+    """
     from agentfly_train.chat_templates import chat_template
 
-    tokenizer = build_tokenizer(**kwargs)
     tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
     tokenizer.chat_template = chat_template("qwen2_5_vl")
     return tokenizer

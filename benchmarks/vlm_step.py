@@ -1,0 +1,114 @@
+"""A vision-language training step against a text-only one, and the trainer-side memory of a rollout's screenshots.
+
+Step time: the same short GRPO job through the CLI twice, on the tiny VLM (``agentfly:tiny-vl``) and MiniWoB's
+click-button with GUI actions, once seeing the page as screenshots (``obs=screenshot``: 48 image tokens per screen,
+the vision tower in every forward) and once as the text listing of its elements (``obs=text``: the same model, no
+image). Prints the mean seconds of a step and of its parts from each run's ``metrics.jsonl`` (the first step, a
+warm-up, left out) and the screenshot run's ratios to the text run of the same invocation.
+
+Memory: the images a 64-episode, 2-turn screenshot rollout holds in the trainer (one screenshot per turn: 128 PIL
+images) and the pixel inputs the loss gets from them (``pixel_values``, ``image_grid_thw``), built from real
+screenshots of one env; the resident-set growth of the process while they are built. The envs' Chromium processes
+are not counted (one per env, see ``benchmarks/web_throughput.py``).
+
+    python benchmarks/vlm_step.py --steps 4 --out benchmarks/results/vlm_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PARTS = ("step_time", "timing/rollout_s", "timing/env_s", "timing/update_s")
+JOB = [
+    "actor_rollout_ref.model.path=agentfly:tiny-vl",
+    "agent.env=agentfly/MiniWoB-ClickButton",
+    "agent.agent_type=gui",
+    "agent.template=qwen2.5-vl",
+    "algorithm.adv_estimator=grpo",
+    "agent.max_turns=2",
+    "agent.max_tokens_per_turn=32",
+    "actor_rollout_ref.rollout.response_length=512",
+    "agent.num_chains=4",
+    "data.train_batch_size=2",
+    "data.val_size=0",
+]
+MODES = {"text": "agent.env_kwargs={obs: text}", "screenshot": "agent.env_kwargs={obs: screenshot}"}
+
+
+def run_job(mode: str, steps: int, directory: Path, extra: list[str]) -> list[dict[str, float]]:
+    """The per-step records (steps 2..N) of one CLI training run seeing the page in ``mode``."""
+    command = [sys.executable, "-m", "agentfly_train", "--no-progress", *JOB, MODES[mode],
+               f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={directory}", *extra]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the {mode} run failed: {done.stderr.strip().splitlines()[-1]}")
+    records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+    return [record for record in records if "step_time" in record and record["step"] > 1]
+
+
+def rollout_image_memory(episodes: int = 64, turns: int = 2) -> dict[str, float]:
+    """MiB the screenshots of ``episodes`` x ``turns`` turns take in the trainer: as PIL images, as pixel inputs,
+    and the process's peak resident-set growth while both are built."""
+    import gymnasium as gym
+
+    import agentfly_envs  # noqa: F401  (registers the env ids)
+    from agentfly_train.tiny_model import build_vl_image_processor
+    from agentfly_train.vision import ImageInputs
+
+    env = gym.make("agentfly/MiniWoB-ClickButton", obs="screenshot", parser="gui")
+    shots = []
+    for index in range(turns):
+        _, info = env.reset(options={"index": index})
+        shots.append(info["messages"][-1]["content"][0]["image"])
+    env.close()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    images = [[shot.copy() for shot in shots] for _ in range(episodes)]
+    pixels = ImageInputs(build_vl_image_processor(), image_token_id=0).pixel_inputs(images)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    mib = 2**20
+    return {
+        "episodes": episodes,
+        "images": episodes * turns,
+        "pil_mib": sum(len(image.tobytes()) for row in images for image in row) / mib,
+        "pixel_inputs_mib": (pixels["pixel_values"].nbytes + pixels["image_grid_thw"].nbytes) / mib,
+        "peak_rss_growth_mib": (after - before) / 1024,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4, help="training steps per run (the first is left out)")
+    parser.add_argument("--out", type=Path, help="write the figures here as JSON")
+    parser.add_argument("overrides", nargs="*", help="config overrides for both runs (key=value)")
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (the first step is left out)")
+
+    figures: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for mode in MODES:
+            records = run_job(mode, args.steps, Path(scratch) / mode, args.overrides)
+            figures[mode] = {part: statistics.fmean(r.get(part, 0.0) for r in records) for part in PARTS}
+    for mode, parts in figures.items():
+        ratios = ", ".join(f"{part} {parts[part] / max(figures['text'][part], 1e-9):.2f}x" for part in PARTS)
+        print(f"{mode:>10}: " + ", ".join(f"{part} {value:.2f} s" for part, value in parts.items()))
+        print(f"{'':>10}  against text: {ratios}")
+    memory = rollout_image_memory()
+    print(
+        f"screenshots of {memory['episodes']} two-turn episodes ({memory['images']} images): "
+        f"{memory['pil_mib']:.1f} MiB as images, {memory['pixel_inputs_mib']:.1f} MiB as pixel inputs, "
+        f"peak RSS growth {memory['peak_rss_growth_mib']:.1f} MiB"
+    )
+    if args.out:
+        args.out.write_text(json.dumps({"steps": args.steps, "runs": figures, "memory": memory}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""Vision-language policies: screenshots in the rollout's tokens (placeholders, masks, the image cap), HF sampling with
+images against the trainer's forward (M-RoPE positions), the config errors, and a short CLI run on the tiny VLM."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import gymnasium as gym
+import pytest
+import torch
+
+import agentfly_envs  # noqa: F401  (registers the env ids)
+from agentfly_envs.worlds.miniwob import require_miniwob
+from agentfly_train.chat_templates import chat_template
+from agentfly_train.config import ConfigError
+from agentfly_train.generation import Generation, HFGenerationBackend, Policy, SamplingParams
+from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts, trajectory_record
+from agentfly_train.tiny_model import add_vision_tokens, build_vl_image_processor, build_vl_model
+from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs
+from tests.conftest import readme_command, run_cli, runs_readme_command
+from tests.train.conftest import quickstart_config
+
+ENV_ID = "agentfly/MiniWoB-ClickButton"
+SCROLL = "Thought: I look further down.\nAction: scroll(start_box='(80,100)', direction='down')"
+
+
+@pytest.fixture(scope="module")
+def vision(tiny_tokenizer):
+    try:
+        require_miniwob()
+    except Exception as error:  # the web extra or Chromium is missing
+        pytest.skip(str(error))
+    tokenizer = add_vision_tokens(copy.deepcopy(tiny_tokenizer))
+    images = ImageInputs.from_tokenizer(build_vl_image_processor(), tokenizer)
+    codec = ChatCodec(tokenizer, None, images=images)
+    env = gym.make(ENV_ID, obs="screenshot", parser="gui", max_turns=3)
+    yield tokenizer, images, codec, env
+    env.close()
+
+
+class ScriptedPolicy:
+    """Plays fixed assistant texts, and keeps the images each call was given per prompt."""
+
+    def __init__(self, codec: ChatCodec, turns: list[str]) -> None:
+        self.codec, self.turns, self.images = codec, list(turns), []
+
+    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens, params, images=None):
+        self.images.append([list(row) for row in images] if images else images)
+        tokens = [*self.codec.encode(self.turns.pop(0)), self.codec.eos_token_id]
+        return [Generation(tokens, [-0.5] * len(tokens), True)]
+
+
+def _episode(vision, max_images):
+    _, _, codec, env = vision
+    env.reset(options={"index": 0})
+    golden = env.unwrapped.golden_actions()
+    policy = ScriptedPolicy(codec, [SCROLL, *golden])
+    budgets = RolloutBudgets(max_turns=3, max_tokens_per_turn=64, response_length=2048, max_images=max_images)
+    task = env.unwrapped.tasks.row(0)
+    with ThreadPoolExecutor(1) as executor:
+        [trajectory] = run_rollouts([env], [task], policy, codec, budgets, SamplingParams(), executor)
+    return trajectory, policy
+
+
+def test_a_multi_turn_screenshot_episode_carries_each_turns_image_as_untrained_placeholders(vision):
+    """Scroll, then the golden click: the prompt's and the observation's screenshots are each one run of the
+    processor's patch count of image tokens, never trained (``env_mask = 0``), the policy is handed every image of
+    its context at every turn, and the tokens are the template's rendering of the whole conversation."""
+    _, images, codec, _ = vision
+    trajectory, policy = _episode(vision, max_images=None)
+    assert trajectory.reward == 1.0 and trajectory.num_turns == 2 and len(trajectory.images) == 2
+    per_image = images.tokens_per_image(trajectory.images[0])
+    assert per_image == (168 // 28) * (224 // 28) == 48  # 160 x 210 rounds to 168 x 224, 14-pixel patches merged 2 x 2
+    pad = images.image_token_id
+    assert trajectory.prompt_ids.count(pad) == per_image
+    in_completion = [n for n, token in enumerate(trajectory.completion_ids) if token == pad]
+    assert len(in_completion) == per_image and in_completion == list(range(in_completion[0], in_completion[-1] + 1))
+    assert all(trajectory.env_mask[n] == 0 for n in in_completion)
+    assert [len(given[0]) if given else 0 for given in policy.images] == [1, 2]
+    assert policy.images[1][0] == trajectory.images
+    whole = codec.encode(codec.render(trajectory.messages, add_generation_prompt=False), trajectory.images)
+    ids = trajectory.prompt_ids + trajectory.completion_ids
+    assert whole[: len(ids)] == ids
+    record = json.dumps(trajectory_record(trajectory))
+    assert '"size": [160, 210]' in record  # sample files write an image as its size
+
+
+def test_max_images_replaces_a_later_screenshot_by_text_before_it_is_tokenised(vision):
+    _, images, _, _ = vision
+    trajectory, policy = _episode(vision, max_images=1)
+    assert trajectory.reward == 1.0 and len(trajectory.images) == 1
+    assert images.image_token_id not in trajectory.completion_ids
+    observation = trajectory.messages[3]["content"]
+    assert observation[0] == {"type": "text", "text": IMAGE_PLACEHOLDER}
+    assert [len(given[0]) for given in policy.images] == [1, 1]
+
+
+def test_hf_sampling_with_images_scores_as_the_trainers_forward(vision):
+    """Log-probabilities HF ``generate`` reports for two left-padded prompts with screenshots are those of one
+    forward over prompt + completion with the pixel inputs and the image token types (M-RoPE positions), the image
+    token excluded; without the token types (1-D positions) they differ."""
+    tokenizer, images, codec, env = vision
+    model = build_vl_model(tokenizer, hidden_size=32, num_layers=1)
+    with torch.no_grad():  # weights large enough that positions move the log-probabilities visibly
+        for weight in model.parameters():
+            weight.mul_(8 if weight.ndim == 2 else 1)
+    prompts, shots = [], []
+    for index in (0, 1):
+        _, info = env.reset(options={"index": index})
+        prompts.append(codec.prompt_ids(info["messages"]) + codec.encode("x" * (3 * index)))
+        shots.append([info["messages"][-1]["content"][0]["image"]])
+    backend = HFGenerationBackend.from_policy(Policy.plain(model, tokenizer, images))
+    torch.manual_seed(0)
+    generations = backend.generate(prompts, [6, 6], SamplingParams(temperature=1.0), images=shots)
+    for prompt, shot, generation in zip(prompts, shots, generations, strict=True):
+        ids = torch.tensor([prompt + generation.token_ids])
+        assert images.image_token_id not in generation.token_ids
+        pixels = images.pixel_inputs([shot])
+        pixels.pop("num_images")
+        with torch.no_grad():
+            mrope = _logprobs(model, images, ids, len(prompt), pixels, mm_token_type_ids=images.token_types(ids))
+            flat = _logprobs(model, images, ids, len(prompt), pixels)
+        torch.testing.assert_close(mrope, torch.tensor(generation.logprobs), atol=2e-4, rtol=0)
+        assert (mrope - flat).abs().max() > 1e-3
+
+
+def _logprobs(model, images: ImageInputs, ids, prompt_length: int, pixels, **extra):
+    """Log-probabilities of ``ids[prompt_length:]`` under one forward, the image token excluded."""
+    logits = model(input_ids=ids, **pixels, **extra).logits[0, prompt_length - 1 : -1]
+    logits[:, images.image_token_id] = float("-inf")
+    return torch.log_softmax(logits, -1).gather(1, ids[0, prompt_length:, None])[:, 0]
+
+
+def _screenshot_overrides(*extra: str) -> list[str]:
+    return [
+        "actor_rollout_ref.model.path=agentfly:tiny-vl",
+        f"agent.env={ENV_ID}",
+        "agent.agent_type=gui",
+        "agent.template=qwen2.5-vl",
+        "agent.env_kwargs={obs: screenshot}",
+        "algorithm.adv_estimator=grpo",
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["actor_rollout_ref.rollout.name=vllm"], "the vllm backend does not sample from prompts with images"),
+        (["algorithm.adv_estimator=gae"], "trains a critic, which does not see the screenshots"),
+        (
+            ["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=full"],
+            "the exact (full) KL runs the model without the screenshots",
+        ),
+        (["agent.max_images=-1"], "agent.max_images must be >= 0"),
+        (["sft.enable=true"], "the warm start does not yet pass the screenshots"),
+    ],
+)
+def test_what_a_screenshot_run_cannot_combine_is_a_one_line_config_error(extra, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+        quickstart_config(_screenshot_overrides(*extra))
+    assert "\n" not in str(error.value)
+
+
+def test_a_text_model_on_screenshots_is_a_one_line_config_error(vision):
+    from agentfly_train.models import policy_images
+
+    config = quickstart_config([*_screenshot_overrides(), "actor_rollout_ref.model.path=agentfly:tiny"])
+    with pytest.raises(ConfigError, match="needs a vision-language model") as error:
+        policy_images(config, vision[0])
+    assert "\n" not in str(error.value)
+
+
+def test_the_shipped_qwen2_5_vl_template_writes_one_image_token_per_image(vision):
+    tokenizer = vision[0]
+    message = {"role": "user", "content": [{"type": "image", "image": None}, {"type": "text", "text": "Go."}]}
+    text = tokenizer.apply_chat_template([message], chat_template=chat_template("qwen2_5_vl"), tokenize=False)
+    assert "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Go.<|im_end|>\n" in text
+
+
+GUI_TRAIN = (
+    "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-vl agent.env=agentfly/MiniWoB-ClickButton "
+    "agent.agent_type=gui agent.template=qwen2.5-vl 'agent.env_kwargs={obs: screenshot}' agent.max_images=2 "
+    "algorithm.adv_estimator=grpo agent.max_turns=2 agent.max_tokens_per_turn=32 agent.num_chains=2 "
+    "data.train_batch_size=2 data.val_size=0 trainer.total_training_steps=2"
+)
+
+
+@pytest.mark.timeout(600)
+@runs_readme_command(GUI_TRAIN)
+def test_two_training_steps_on_screenshots_through_the_cli(tmp_path, readme):
+    """``agent_type=gui``, ``template=qwen2.5-vl`` and ``obs=screenshot`` on the tiny VLM: two optimiser steps whose
+    loss ran the model on the batch's screenshots (a gradient flows), then ``final/`` is written."""
+    pytest.importorskip("miniwob")
+    command = readme_command(
+        readme,
+        add=[
+            "actor_rollout_ref.rollout.response_length=256",
+            "actor_rollout_ref.model.tiny_hidden_size=64",
+            f"trainer.default_local_dir={tmp_path}",
+        ],
+    )
+    result = run_cli(command.argv, timeout=600, env=command.env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [step for step in steps if "loss" in step]
+    assert len(steps) == 2 and all(step["grad_norm"] > 0 for step in steps)
+    assert (tmp_path / "final" / "config.json").is_file()
