@@ -158,9 +158,10 @@ def policy_images(config: TrainConfig, tokenizer: Any) -> Any:
     else:
         from transformers import AutoImageProcessor
 
+        options = {"max_pixels": max_pixels} if max_pixels else {}  # Qwen2-VL-family processors' limit
         try:
             processor = AutoImageProcessor.from_pretrained(
-                config.model_path, trust_remote_code=config.actor_rollout_ref.model.trust_remote_code
+                config.model_path, trust_remote_code=config.actor_rollout_ref.model.trust_remote_code, **options
             )
         except (OSError, ValueError) as error:
             raise ConfigError(
@@ -168,8 +169,6 @@ def policy_images(config: TrainConfig, tokenizer: Any) -> Any:
                 f"image processor ({' '.join(str(error).split())[:160]}); use e.g. Qwen/Qwen2.5-VL-3B-Instruct or "
                 f"{TINY_VL_MODEL}"
             ) from None
-        if max_pixels:
-            processor.size = {**processor.size, "longest_edge": max_pixels}
     try:
         return ImageInputs.from_tokenizer(processor, tokenizer)
     except ValueError as error:

@@ -142,6 +142,7 @@ def _screenshot_overrides(*extra: str) -> list[str]:
         "agent.template=qwen2.5-vl",
         "agent.env_kwargs={obs: screenshot}",
         "algorithm.adv_estimator=grpo",
+        "sft.enable=false",  # the quickstart's warm start does not take screenshots
         *extra,
     ]
 
@@ -174,6 +175,18 @@ def test_a_text_model_on_screenshots_is_a_one_line_config_error(vision):
     assert "\n" not in str(error.value)
 
 
+def test_image_max_pixels_scales_the_screenshot_for_tokens_and_pixels_alike(vision):
+    from PIL import Image
+
+    from agentfly_train.models import policy_images
+
+    config = quickstart_config([*_screenshot_overrides(), f"agent.image_max_pixels={100 * 14 * 14}"])
+    images = policy_images(config, vision[0])
+    screen = Image.new("RGB", (160, 210))
+    grid = images.pixel_inputs([[screen]])["image_grid_thw"][0]
+    assert images.tokens_per_image(screen) == int(grid.prod()) // 4 < 48  # 48 at the processor's own limit
+
+
 def test_the_shipped_qwen2_5_vl_template_writes_one_image_token_per_image(vision):
     tokenizer = vision[0]
     message = {"role": "user", "content": [{"type": "image", "image": None}, {"type": "text", "text": "Go."}]}
@@ -181,16 +194,13 @@ def test_the_shipped_qwen2_5_vl_template_writes_one_image_token_per_image(vision
     assert "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Go.<|im_end|>\n" in text
 
 
-GUI_TRAIN = (
+@pytest.mark.timeout(600)
+@runs_readme_command(
     "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-vl agent.env=agentfly/MiniWoB-ClickButton "
     "agent.agent_type=gui agent.template=qwen2.5-vl 'agent.env_kwargs={obs: screenshot}' agent.max_images=2 "
     "algorithm.adv_estimator=grpo agent.max_turns=2 agent.max_tokens_per_turn=32 agent.num_chains=2 "
     "data.train_batch_size=2 data.val_size=0 trainer.total_training_steps=2"
 )
-
-
-@pytest.mark.timeout(600)
-@runs_readme_command(GUI_TRAIN)
 def test_two_training_steps_on_screenshots_through_the_cli(tmp_path, readme):
     """``agent_type=gui``, ``template=qwen2.5-vl`` and ``obs=screenshot`` on the tiny VLM: two optimiser steps whose
     loss ran the model on the batch's screenshots (a gradient flows), then ``final/`` is written."""
