@@ -208,7 +208,7 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     codec = make_codec(config, tokenizer, env, rows[0])
     add_stop_tokens(model, codec.stop_token_ids)
     env.close()
-    backend = build_backend(config, Policy.plain(model, tokenizer))
+    backend = build_backend(config, Policy.plain(model, tokenizer, codec.images))
     if backend.has_own_weights:
         backend.load_weights(engine_weights(model))
     samples = config.eval.samples

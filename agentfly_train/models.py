@@ -105,19 +105,11 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
 
     model_config = config.actor_rollout_ref.model
     tokenizer = policy_tokenizer(config)
-    if config.model_path == TINY_MODEL:
-        from agentfly_train.tiny_model import build_model
+    if config.model_path in (TINY_MODEL, TINY_VL_MODEL):
+        from agentfly_train import tiny_model
 
-        model = build_model(
-            tokenizer,
-            hidden_size=model_config.tiny_hidden_size,
-            num_layers=model_config.tiny_num_layers,
-            seed=config.trainer.seed,
-        )
-    elif config.model_path == TINY_VL_MODEL:
-        from agentfly_train.tiny_model import build_vl_model
-
-        model = build_vl_model(
+        build = tiny_model.build_model if config.model_path == TINY_MODEL else tiny_model.build_vl_model
+        model = build(
             tokenizer,
             hidden_size=model_config.tiny_hidden_size,
             num_layers=model_config.tiny_num_layers,

@@ -212,7 +212,11 @@ def _train_and_validate(
             callback.metrics.append(trainer.state.global_step, {"final": True, **result.val_after})
     if trainer.is_fsdp_enabled:  # final/ holds a whole model, whatever the checkpoints' sharding
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-    trainer.save_model(str(Path(config.trainer.default_local_dir) / "final"))
+    final = Path(config.trainer.default_local_dir) / "final"
+    trainer.save_model(str(final))
+    images = trainer.agent.codec.images
+    if images is not None and trainer.accelerator.is_main_process:  # eval of final/ loads it as a VLM
+        images.image_processor.save_pretrained(final)
 
 
 def _quiet_libraries() -> None:

@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 PARTS = ("step_time", "timing/rollout_s", "timing/env_s", "timing/update_s")
+SIZES = ("episode/turns", "episode/response_length", "completions/mean_length")
+"""What each step's episodes were (means): turns, completion tokens (all), sampled tokens."""
 JOB = [
     "actor_rollout_ref.model.path=agentfly:tiny-vl",
     "agent.env=agentfly/MiniWoB-ClickButton",
@@ -95,11 +97,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for mode in MODES:
             records = run_job(mode, args.steps, Path(scratch) / mode, args.overrides)
-            figures[mode] = {part: statistics.fmean(r.get(part, 0.0) for r in records) for part in PARTS}
+            figures[mode] = {part: statistics.fmean(r.get(part, 0.0) for r in records) for part in PARTS + SIZES}
     for mode, parts in figures.items():
         ratios = ", ".join(f"{part} {parts[part] / max(figures['text'][part], 1e-9):.2f}x" for part in PARTS)
-        print(f"{mode:>10}: " + ", ".join(f"{part} {value:.2f} s" for part, value in parts.items()))
+        print(f"{mode:>10}: " + ", ".join(f"{part} {parts[part]:.2f} s" for part in PARTS))
         print(f"{'':>10}  against text: {ratios}")
+        print(f"{'':>10}  episodes: " + ", ".join(f"{part} {parts[part]:.1f}" for part in SIZES))
     memory = rollout_image_memory()
     print(
         f"screenshots of {memory['episodes']} two-turn episodes ({memory['images']} images): "

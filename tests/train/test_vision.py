@@ -203,7 +203,8 @@ def test_the_shipped_qwen2_5_vl_template_writes_one_image_token_per_image(vision
 )
 def test_two_training_steps_on_screenshots_through_the_cli(tmp_path, readme):
     """``agent_type=gui``, ``template=qwen2.5-vl`` and ``obs=screenshot`` on the tiny VLM: two optimiser steps whose
-    loss ran the model on the batch's screenshots (a gradient flows), then ``final/`` is written."""
+    loss ran the model on the batch's screenshots (a gradient flows), then ``final/`` is written with the image
+    processor."""
     pytest.importorskip("miniwob")
     command = readme_command(
         readme,
@@ -219,3 +220,4 @@ def test_two_training_steps_on_screenshots_through_the_cli(tmp_path, readme):
     steps = [step for step in steps if "loss" in step]
     assert len(steps) == 2 and all(step["grad_norm"] > 0 for step in steps)
     assert (tmp_path / "final" / "config.json").is_file()
+    assert (tmp_path / "final" / "preprocessor_config.json").is_file()  # the image processor, for eval of final/
