@@ -140,6 +140,25 @@ def test_web_throughput_benchmark(readme, tmp_path):
     assert "screenshot mode costs" in out and "Chromium per env" in out
 
 
+@pytest.mark.slow
+@needs_miniwob
+@runs_readme_command("python benchmarks/vlm_step.py --steps 4 --out benchmarks/results/vlm_step.json")
+def test_vlm_step_benchmark(readme, tmp_path):
+    """Both runs (screenshots and the text listing) on the tiny VLM, 2 steps each, and the screenshot memory of a
+    64-episode two-turn rollout: 128 screens of 192 patches x 1,176 float32 values."""
+    result_file = tmp_path / "vlm.json"
+    smaller = ["actor_rollout_ref.model.tiny_hidden_size=32", "agent.max_tokens_per_turn=8", "agent.num_chains=2"]
+    command = readme_command(readme, {"--steps": "2", "--out": str(result_file)}, smaller)
+    out = run_script(*command.argv[1:])
+    figures = json.loads(result_file.read_text())
+    for mode in ("text", "screenshot"):
+        parts = figures["runs"][mode]
+        assert parts["step_time"] > 0 and parts["timing/rollout_s"] > parts["timing/env_s"] > 0
+    assert figures["memory"]["images"] == 128
+    assert figures["memory"]["pixel_inputs_mib"] == pytest.approx((128 * 192 * 1176 * 4 + 128 * 3 * 8) / 2**20)
+    assert "against text" in out and "as pixel inputs" in out
+
+
 @needs_textarena
 @runs_readme_command(
     "python benchmarks/world_throughput.py --games --puzzles TowerOfHanoi FrozenLake Mastermind Sokoban Minesweeper "
