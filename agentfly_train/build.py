@@ -12,7 +12,6 @@ import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.errors import AgentflyError
-from agentfly_envs.parsers import get_parser
 from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnvError
 from agentfly_train.config import AGENT_TYPES, ConfigError, TrainConfig
 from agentfly_train.data import env_task_rows, file_task_rows, takes_data_files, trl_dataset
@@ -66,7 +65,7 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
     from agentfly_train.chat_templates.choice import choose_codec
 
     _, info = env.reset(options={"task": sample_task})
-    parser = get_parser(AGENT_TYPES[config.agent.agent_type])  # the format the env was built with (env_kwargs)
+    parser = env.unwrapped.parser
     try:
         actions = env.unwrapped.golden_actions()
     except AgentflyError:

@@ -34,7 +34,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError
-from agentfly_envs.parsers import Action
+from agentfly_envs.parsers import Action, get_parser
 from agentfly_envs.runtime.failures import WorkerLost, lost_episode
 from agentfly_envs.runtime.remote import RemoteEnvError
 from agentfly_envs.spaces import TextSpace
@@ -75,7 +75,8 @@ class HTTPEnv(gym.Env[str, Action]):
         max_turns: Assistant turns per episode before it is truncated here (the served env may end it sooner).
         truncation_reward: Reward of an episode truncated here (default: the served env's, else 0).
         parser: The format the turns are in: a served agentfly env parses them itself, so it must be the one it
-            was started with (checked; ``None``: any). Another OpenEnv server receives the text as it is.
+            was started with (checked; ``None``: any), and ``self.parser`` is that format's. Another OpenEnv server
+            receives the text as it is (``self.parser``: this format's, default ``tool_calls``).
         num_tasks: Tasks (``{"seed": i}`` rows) of a server that is not an agentfly one.
         action_field: The action's field the text goes into, on a server that is not an agentfly one (default:
             the action schema's only string field).
@@ -119,10 +120,12 @@ class HTTPEnv(gym.Env[str, Action]):
                     f"the env at {self.url} parses {served!r} turns, not {parser!r}: use its format "
                     f'(agent.agent_type), or serve it with --env-kwargs \'{{"parser": "{parser}"}}\''
                 )
+            self.parser = get_parser(served or parser or "hermes")
             self.tasks = IndexedRows("index", int(described["num_tasks"]))
             served_reward = float(described.get("truncation_reward", 0.0))
             self.action_field = None
         else:
+            self.parser = get_parser(parser or "tool_calls")  # the text (or a message's content) is sent as is
             self.tasks = IndexedRows("seed", num_tasks)
             served_reward = 0.0
             self.action_field = action_field or self._text_field()
