@@ -79,7 +79,10 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
         steps.append((action, [] if terminated or truncated else step_info["messages"]))
         if terminated or truncated:
             break
-    return choose_codec(tokenizer, info["tools"], parser, config.agent.chat_template_kwargs, info["messages"], steps)
+    drop = config.agent.past_reasoning == "drop"
+    return choose_codec(
+        tokenizer, info["tools"], parser, config.agent.chat_template_kwargs, info["messages"], steps, drop
+    )
 
 
 def _probe_call(parser: Any, tools: list[dict[str, Any]]) -> list[Any]:
