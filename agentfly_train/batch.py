@@ -49,6 +49,21 @@ def episode_mask(mask: Tensor, turns: int) -> Tensor:
     return (torch.arange(width, device=mask.device) < counts[:, None]).long()
 
 
+def on_turn_rows(per_episode: Tensor, turns: int, mask: Tensor) -> Tensor:
+    """Each episode's value (its first column: an estimator of whole responses gives one per episode) on the tokens
+    of its turn rows.
+
+    Args:
+        per_episode: (E, L) float, e.g. advantages computed over :func:`episode_mask`.
+        turns: Rows per episode.
+        mask: (E * turns, T) 0/1, the turn rows' loss mask.
+
+    Returns:
+        (E * turns, T), the value where ``mask`` is 1 and 0 elsewhere.
+    """
+    return per_episode[:, :1].repeat_interleave(turns, dim=0) * mask
+
+
 def outcome_rewards(scores: Tensor, mask: Tensor) -> Tensor:
     """Token-level rewards of episodes scored once: each score on its episode's last sampled token.
 

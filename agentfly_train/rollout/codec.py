@@ -105,7 +105,7 @@ class ChatCodec:
     @property
     def drops_reasoning(self) -> bool:
         """Whether past turns' reasoning is dropped from the next turns' prompts (each turn then trains in its own
-        context: :meth:`~agentfly_train.rollout.Trajectory.training_rows`)."""
+        context: :func:`~agentfly_train.rollout.training_rows`)."""
         return self.reasoning_end is not None
 
     def kept_ids(self, token_ids: Sequence[int]) -> list[int]:

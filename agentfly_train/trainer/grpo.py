@@ -58,6 +58,7 @@ from agentfly_train.batch import (
     gather_rows,
     loss_mask,
     masked_stats,
+    on_turn_rows,
     outcome_rewards,
     sequences,
     step_denominator,
@@ -242,8 +243,8 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             lam=self.rl.algorithm.lam,
             norm_adv_by_std_in_grpo=self.rl.algorithm.norm_adv_by_std_in_grpo,
         )
-        if turns is not None:  # an estimator of whole responses: one advantage per episode, on each turn's tokens
-            advantages, returns = (x[:, :1].repeat_interleave(turns, dim=0) * all_mask for x in (advantages, returns))
+        if turns is not None:
+            advantages, returns = (on_turn_rows(x, turns, all_mask) for x in (advantages, returns))
         for name, tensor in (("advantages", advantages), ("returns", returns)):
             metrics.update({f"critic/{name}/{k}": v for k, v in masked_stats(tensor, all_mask).items()})
         if values is not None:
