@@ -211,9 +211,11 @@ def test_every_family_names_trl_templates_that_exist():
             assert family.marker in trl_template(template)
 
 
-CLI_RUNS = [("qwen3", "hf", "drop"), ("qwen3", "vllm", "keep"), ("llama3_1", "hf", "keep"),
-            ("llama3_1", "vllm", "keep"), ("gptoss", "hf", "keep"), ("gptoss", "vllm", "drop")]  # fmt: skip
-"""Families trained through the CLI on their own template, on each backend, keeping or dropping past reasoning."""
+CLI_RUNS = [("qwen3", "hf", "drop"), ("llama3_1", "hf", "keep"), ("llama3_1", "vllm", "keep"), ("gptoss", "hf", "keep"),
+            ("gptoss", "vllm", "drop")]  # fmt: skip
+"""Families trained through the CLI on their own template, on each backend, keeping or dropping past reasoning (1-3
+minutes a run on a loaded 2-core machine, so Qwen3 on vLLM is left to the hand check with the real tokenizer that
+docs/model-families.md reports)."""
 
 
 @pytest.mark.slow
