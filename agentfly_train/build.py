@@ -60,7 +60,8 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
     call of the env's first tool where it calls none; :func:`~agentfly_train.chat_templates.choice.choose_codec`).
 
     Raises:
-        ConfigError: the template cannot serve the run (one line naming ``agent.template`` or ``agent.agent_type``).
+        ConfigError: the template cannot serve the run (one line naming ``agent.template`` or ``agent.agent_type``),
+            or the task's prompt and the completion budget do not fit ``rollout.max_model_len``.
     """
     from agentfly_train.chat_templates.choice import choose_codec
 
@@ -78,7 +79,18 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
         steps.append((action, [] if terminated or truncated else step_info["messages"]))
         if terminated or truncated:
             break
-    return choose_codec(tokenizer, info["tools"], parser, config.agent.chat_template_kwargs, info["messages"], steps)
+    drop = config.agent.past_reasoning == "drop"
+    codec = choose_codec(
+        tokenizer, info["tools"], parser, config.agent.chat_template_kwargs, info["messages"], steps, drop
+    )
+    rollout = config.actor_rollout_ref.rollout
+    prompt = len(codec.prompt_ids(info["messages"]))
+    if rollout.max_model_len is not None and prompt + rollout.response_length > rollout.max_model_len:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.max_model_len={rollout.max_model_len} cannot hold a prompt of the data "
+            f"({prompt} tokens) and rollout.response_length={rollout.response_length}: raise max_model_len"
+        )
+    return codec
 
 
 def _probe_call(parser: Any, tools: list[dict[str, Any]]) -> list[Any]:

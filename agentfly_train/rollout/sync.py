@@ -59,7 +59,7 @@ def run_rollouts(
         rooms = [room_left(trajectories[i], budgets) for i in active]
         start = time.perf_counter()
         generations = backend.generate(
-            [trajectories[i].prompt_ids + trajectories[i].completion_ids for i in active],
+            [list(trajectories[i].context_ids) for i in active],
             [turn_budget(trajectories[i], budgets) for i in active],
             params,
         )
