@@ -7,8 +7,9 @@ process's, and the local env's (CPU times hold on a loaded machine, where wall t
 that raised, steps that came back as ``Error:`` observations: the target is none), the longest wait for a session to
 open, and the server's resident memory with that many sessions open and idle (per session: the growth from the
 first row's count; allocators keep some memory after the first sessions close). Last, the fewest sessions whose
-remote p99 is more than twice the 1-session p99. The server runs in a subprocess (its own interpreter and GIL, as in
-deployment).
+remote p99 is more than twice the 1-session p99. ``--think-ms`` makes each session wait before each step, as a
+policy's turn does (with none, every session queues at the server at once: the worst case). The server runs in a
+subprocess (its own interpreter and GIL, as in deployment).
 
     python benchmarks/remote_env.py --steps 300 --json benchmarks/results/remote_env.json
 """
@@ -43,8 +44,9 @@ class Run:
         self.lock = threading.Lock()
 
 
-def play(envs: list[gym.Env], steps: int, actions: dict[int, list[str]]) -> Run:
-    """``steps`` steps in each env, all envs stepping at once from their own threads."""
+def play(envs: list[gym.Env], steps: int, actions: dict[int, list[str]], think: float = 0.0) -> Run:
+    """``steps`` steps in each env, all envs stepping at once from their own threads, each waiting ``think``
+    seconds before each step (the policy's turn)."""
     run = Run()
 
     def one(env: gym.Env, seed: int) -> None:
@@ -55,6 +57,7 @@ def play(envs: list[gym.Env], steps: int, actions: dict[int, list[str]]) -> Run:
                 env.reset(options={"index": episode % 1000})
                 opened = time.perf_counter() - start if opened is None else opened
                 for action in actions[episode % 1000]:
+                    time.sleep(think)
                     start = time.perf_counter()
                     _, _, _, _, info = env.step(action)
                     mine.append(time.perf_counter() - start)
@@ -94,8 +97,10 @@ def quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
 
 
-def measure(count: int, steps: int, url: str, server_pid: int, actions: dict[int, list[str]]) -> dict[str, float]:
-    """One row: ``count`` sessions, locally then remotely (times in ms, memory in MiB)."""
+def measure(
+    count: int, steps: int, url: str, server_pid: int, actions: dict[int, list[str]], think: float = 0.0
+) -> dict[str, float]:
+    """One row: ``count`` sessions, locally then remotely (times in ms, memory in MiB; ``think``: see :func:`play`)."""
     row: dict[str, float] = {"sessions": count}
     for kind, make in (
         ("local", lambda: gym.make("agentfly/Arith-Calc", **KWARGS)),
@@ -103,7 +108,7 @@ def measure(count: int, steps: int, url: str, server_pid: int, actions: dict[int
     ):
         envs = [make() for _ in range(count)]
         server_before, client_before = process_cpu_s(server_pid), time.process_time()
-        run = play(envs, steps, actions)
+        run = play(envs, steps, actions, think)
         done = max(len(run.times), 1)
         row[f"{kind}_p50_ms"] = quantile(run.times, 0.5) * 1e3
         row[f"{kind}_p99_ms"] = quantile(run.times, 0.99) * 1e3
@@ -136,6 +141,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128, 256])
     parser.add_argument("--steps", type=int, default=300, help="steps per session (1/16 of it per 16 sessions)")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--think-ms", type=float, default=0.0, help="wait before each step (the policy's turn)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     golden = gym.make("agentfly/Arith-Calc", **KWARGS).unwrapped
@@ -159,7 +165,7 @@ def main() -> None:
               "errors  longest open  KiB/idle session")  # fmt: skip
         for count in args.sessions:
             steps = max(args.steps // max(count // 16, 1), 20)
-            row = measure(count, steps, url, server.pid, actions)
+            row = measure(count, steps, url, server.pid, actions, args.think_ms / 1e3)
             rows.append(row)
             first = rows[0]  # the growth from there: allocations that stay after the first sessions close
             grown = count - first["sessions"]
@@ -181,7 +187,8 @@ def main() -> None:
         doubled = next((int(row["sessions"]) for row in rows if row["remote_p99_ms"] > 2 * single), None)
         print(f"p99 at 1 session: {single:.2f} ms; more than twice that from {doubled or 'no measured'} sessions")
     if args.json:
-        args.json.write_text(json.dumps({"server_mib_no_session": base, "rows": rows}, indent=2) + "\n")
+        figures = {"think_ms": args.think_ms, "server_mib_no_session": base, "rows": rows}
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":
