@@ -191,8 +191,8 @@ class HTTPEnv(gym.Env[str, Action]):
     def _open(self) -> Any:
         """A new WebSocket session: the TCP connection within ``connect_timeout``, the opening handshake within
         ``timeout`` (the server answers it on its event loop after the work queued there, which takes long while
-        hundreds of sessions open at once). Messages are not compressed: on loopback or a LAN permessage-deflate
-        costs both ends more CPU per step than it saves."""
+        hundreds of sessions open at once). The connection is direct (no ``HTTPS_PROXY``). Messages are not
+        compressed: on loopback or a LAN permessage-deflate costs both ends more CPU per step than it saves."""
         ws_url = self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/ws"
         where = urllib.parse.urlsplit(ws_url)
         sock = socket.create_connection(
