@@ -38,6 +38,42 @@ def pixel_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     return {key: batch[key] for key in PIXEL_KEYS if key in batch}
 
 
+def episode_mask(mask: Tensor, turns: int) -> Tensor:
+    """The loss mask of episodes whose turns are rows of their own (``turns`` consecutive rows per episode).
+
+    Args:
+        mask: (E * turns, T) 0/1, the turn rows' loss mask.
+        turns: Rows per episode.
+
+    Returns:
+        (E, L) int64, L = the most sampled tokens of an episode (at least 1): row e has as many leading ones as
+        episode e's turns have sampled tokens, so an estimator sees each episode as one response of that length.
+
+    Example:
+        >>> episode_mask(torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 0, 0]]), turns=2)
+        tensor([[1, 1, 1],
+                [1, 0, 0]])
+    """
+    counts = mask.reshape(-1, turns * mask.shape[1]).sum(dim=1)  # (E,)
+    width = max(int(counts.max()) if counts.numel() else 0, 1)
+    return (torch.arange(width, device=mask.device) < counts[:, None]).long()
+
+
+def on_turn_rows(per_episode: Tensor, turns: int, mask: Tensor) -> Tensor:
+    """Each episode's value (its first column: an estimator of whole responses gives one per episode) on the tokens
+    of its turn rows.
+
+    Args:
+        per_episode: (E, L) float, e.g. advantages computed over :func:`episode_mask`.
+        turns: Rows per episode.
+        mask: (E * turns, T) 0/1, the turn rows' loss mask.
+
+    Returns:
+        (E * turns, T), the value where ``mask`` is 1 and 0 elsewhere.
+    """
+    return per_episode[:, :1].repeat_interleave(turns, dim=0) * mask
+
+
 def outcome_rewards(scores: Tensor, mask: Tensor) -> Tensor:
     """Token-level rewards of episodes scored once: each score on its episode's last sampled token.
 

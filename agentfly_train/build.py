@@ -12,7 +12,6 @@ import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.errors import AgentflyError
-from agentfly_envs.parsers import get_parser
 from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnvError
 from agentfly_train.config import AGENT_TYPES, ConfigError, TrainConfig
 from agentfly_train.data import env_task_rows, file_task_rows, takes_data_files, trl_dataset
@@ -64,13 +63,14 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
 
     Raises:
         ConfigError: the template cannot serve the run (one line naming ``agent.template`` or ``agent.agent_type``),
-            or the env shows screenshots to a model that cannot see them.
+            or the task's prompt and the completion budget do not fit ``rollout.max_model_len``, or the env
+            shows screenshots to a model that cannot see them.
     """
     from agentfly_train.chat_templates.choice import choose_codec
     from agentfly_train.models import policy_images
 
     _, info = env.reset(options={"task": sample_task})
-    parser = get_parser(AGENT_TYPES[config.agent.agent_type])  # the format the env was built with (env_kwargs)
+    parser = env.unwrapped.parser
     try:
         actions = env.unwrapped.golden_actions()
     except AgentflyError:
@@ -83,10 +83,25 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
         steps.append((action, [] if terminated or truncated else step_info["messages"]))
         if terminated or truncated:
             break
-    images = policy_images(config, tokenizer)
-    return choose_codec(
-        tokenizer, info["tools"], parser, config.agent.chat_template_kwargs, info["messages"], steps, images
+    drop = config.agent.past_reasoning == "drop"
+    codec = choose_codec(
+        tokenizer,
+        info["tools"],
+        parser,
+        config.agent.chat_template_kwargs,
+        info["messages"],
+        steps,
+        drop,
+        images=policy_images(config, tokenizer),
     )
+    rollout = config.actor_rollout_ref.rollout
+    prompt = len(codec.prompt_ids(info["messages"]))
+    if rollout.max_model_len is not None and prompt + rollout.response_length > rollout.max_model_len:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.max_model_len={rollout.max_model_len} cannot hold a prompt of the data "
+            f"({prompt} tokens) and rollout.response_length={rollout.response_length}: raise max_model_len"
+        )
+    return codec
 
 
 def _probe_call(parser: Any, tools: list[dict[str, Any]]) -> list[Any]:

@@ -83,6 +83,10 @@ class AgentConfig:
             replaced by TRL's training variant of its family for rollouts and the warm start (a ``note:`` says so).
         chat_template_kwargs: Extra variables of the chat template, passed to every rendering (rollouts, warm
             start, dry run), e.g. ``{enable_thinking: false}`` for Qwen3 or ``{reasoning_effort: low}`` for gpt-oss.
+        past_reasoning: What a reasoning model's earlier turns keep of their reasoning in the next turn's prompt:
+            ``keep`` (the sampled tokens as they are: one growing sequence per episode, trained once) or ``drop``
+            (the tokens through the end of the turn's reasoning, e.g. Qwen3's ``</think>``, leave the context; each
+            turn is then trained as its own sample in the context it was sampled in, with its episode's advantage).
         reward_name: Registered reward function replacing the env's scoring; ``null`` keeps it.
         max_turns: Assistant turns per episode.
         num_chains: Rollouts per prompt (the GRPO group size).
@@ -111,6 +115,7 @@ class AgentConfig:
     model_name_or_path: str | None = None
     template: str | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    past_reasoning: str = "keep"
     reward_name: str | None = None
     max_turns: int = 4
     num_chains: int = 8
@@ -954,6 +959,7 @@ def validate(config: TrainConfig) -> None:
     _validate_data_files(config)
     _validate_model_path(config)
     check_choice("agent.agent_type", agent.agent_type, list(AGENT_TYPES))
+    check_choice("agent.past_reasoning", agent.past_reasoning, ["keep", "drop"])
     if agent.backend == "client":
         raise ConfigError(
             "agent.backend=client (AgentFly's client of a served model) does not train the model: use "
@@ -1179,6 +1185,11 @@ def _validate_images(config: TrainConfig, trains_critic: bool) -> None:
     """What a vision-language run cannot combine: the passes that run the model without its images."""
     if not config.agent.sees_images:
         return
+    if config.agent.past_reasoning == "drop":
+        raise ConfigError(
+            "agent.past_reasoning=drop trains each turn as its own row, which does not carry the screenshots yet "
+            "(agent.env_kwargs.obs=screenshot); set agent.past_reasoning=keep"
+        )
     if config.sft.enable:
         raise ConfigError(
             "sft.enable: the warm start does not yet pass the screenshots (agent.env_kwargs.obs=screenshot) to the "
@@ -1235,6 +1246,13 @@ def _validate_algorithm(config: TrainConfig) -> None:
         raise ConfigError(
             f"algorithm.adv_estimator={algorithm.adv_estimator} compares the responses to one prompt: set "
             f"agent.num_chains >= 2, or use an estimator that needs no group ({alone})"
+        )
+    if config.agent.past_reasoning == "drop" and (not estimator.compares_responses or algorithm.use_kl_in_reward):
+        whole = ", ".join(name for name, other in ADVANTAGE_ESTIMATORS.items() if other.compares_responses)
+        raise ConfigError(
+            "agent.past_reasoning=drop trains each turn as its own sample with its episode's advantage, which needs "
+            f"an estimator of whole responses ({whole}) and algorithm.use_kl_in_reward=false; got "
+            f"adv_estimator={algorithm.adv_estimator}, use_kl_in_reward={algorithm.use_kl_in_reward}"
         )
     if config.trainer.critic_warmup < 0:
         raise ConfigError(f"trainer.critic_warmup must be >= 0, got {config.trainer.critic_warmup}")

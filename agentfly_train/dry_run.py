@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from agentfly_train.config import AGENT_TYPES, TrainConfig
+from agentfly_train.config import TrainConfig
 
 
 def changed_keys(config: TrainConfig) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     reward = getattr(reward_fn, "__name__", reward_fn) or "the env's own"
     tools = [tool["function"]["name"] for tool in info["tools"]]
     lines += [
-        f"env: {config.env_id} with tools {tools}, parser {AGENT_TYPES[agent.agent_type]} "
+        f"env: {config.env_id} with tools {tools}, parser {unwrapped.parser.name} "
         f"(agent.agent_type={agent.agent_type}), reward {reward}",
         *([f"note: {codec.note}"] if codec.note else []),
         f"data: {len(rows)} training rows, {len(val)} validation rows",

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from typing import Any, ClassVar, SupportsFloat
@@ -34,7 +36,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError
-from agentfly_envs.parsers import Action
+from agentfly_envs.parsers import Action, get_parser
 from agentfly_envs.runtime.failures import WorkerLost, lost_episode
 from agentfly_envs.runtime.remote import RemoteEnvError
 from agentfly_envs.spaces import TextSpace
@@ -75,12 +77,13 @@ class HTTPEnv(gym.Env[str, Action]):
         max_turns: Assistant turns per episode before it is truncated here (the served env may end it sooner).
         truncation_reward: Reward of an episode truncated here (default: the served env's, else 0).
         parser: The format the turns are in: a served agentfly env parses them itself, so it must be the one it
-            was started with (checked; ``None``: any). Another OpenEnv server receives the text as it is.
+            was started with (checked; ``None``: any), and ``self.parser`` is that format's. Another OpenEnv server
+            receives the text as it is (``self.parser``: this format's, default ``tool_calls``).
         num_tasks: Tasks (``{"seed": i}`` rows) of a server that is not an agentfly one.
         action_field: The action's field the text goes into, on a server that is not an agentfly one (default:
             the action schema's only string field).
-        timeout: Seconds a reset or step may take.
-        connect_timeout: Seconds to reach the server.
+        timeout: Seconds a reset or step may take (opening the session at the first reset included).
+        connect_timeout: Seconds to reach the server (its description, and each session's connection).
 
     Raises:
         RemoteEnvError: the server cannot be reached, or its action schema has no place for text.
@@ -119,10 +122,12 @@ class HTTPEnv(gym.Env[str, Action]):
                     f"the env at {self.url} parses {served!r} turns, not {parser!r}: use its format "
                     f'(agent.agent_type), or serve it with --env-kwargs \'{{"parser": "{parser}"}}\''
                 )
+            self.parser = get_parser(served or parser or "hermes")
             self.tasks = IndexedRows("index", int(described["num_tasks"]))
             served_reward = float(described.get("truncation_reward", 0.0))
             self.action_field = None
         else:
+            self.parser = get_parser(parser or "tool_calls")  # the text (or a message's content) is sent as is
             self.tasks = IndexedRows("seed", num_tasks)
             served_reward = 0.0
             self.action_field = action_field or self._text_field()
@@ -178,15 +183,26 @@ class HTTPEnv(gym.Env[str, Action]):
 
         try:
             if self._ws is None:
-                ws_url = self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/ws"
-                connection = self._connect(ws_url, open_timeout=self.connect_timeout, max_size=MAX_MESSAGE_BYTES)
-                self._ws = self._session.enter_context(connection)
+                self._ws = self._session.enter_context(self._open())
             self._ws.send(json.dumps(message))
             return json.loads(self._ws.recv(timeout=self.timeout))
         except (OSError, TimeoutError, WebSocketException, ValueError) as error:
             self._drop()
             kind = "timeout" if isinstance(error, TimeoutError) else "server_lost"
             raise WorkerLost(kind) from error
+
+    def _open(self) -> Any:
+        """A new WebSocket session: the TCP connection within ``connect_timeout``, the opening handshake within
+        ``timeout`` (the server answers it on its event loop after the work queued there, which takes long while
+        hundreds of sessions open at once). The connection is direct (no ``HTTPS_PROXY``). Messages are not
+        compressed: on loopback or a LAN permessage-deflate costs both ends more CPU per step than it saves."""
+        ws_url = self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/ws"
+        where = urllib.parse.urlsplit(ws_url)
+        sock = socket.create_connection(
+            (where.hostname, where.port or (443 if where.scheme == "wss" else 80)), timeout=self.connect_timeout
+        )
+        sock.settimeout(None)
+        return self._connect(ws_url, sock=sock, open_timeout=self.timeout, max_size=MAX_MESSAGE_BYTES, compression=None)
 
     def _drop(self) -> None:
         self._session.close()

@@ -27,13 +27,12 @@ Needs the ``openenv`` extra (``pip install "agentfly-rl[openenv]"``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 from pydantic import Field, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, to_jsonable_python
 
 try:
     from openenv.core.env_server.http_server import HTTPEnvServer
@@ -77,8 +76,8 @@ class AgentflyObservation(Observation):
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` as plain JSON types (anything else becomes its ``str``)."""
-    return json.loads(json.dumps(value, default=str))
+    """``value`` as plain JSON types (anything else becomes its ``str``; keys become strings), in one pass."""
+    return to_jsonable_python(value, fallback=str)
 
 
 class ServedEnv(Environment[AgentflyAction, AgentflyObservation, State]):

@@ -63,6 +63,7 @@ def choose_codec(
     template_kwargs: Mapping[str, Any],
     opening: Sequence[Mapping[str, Any]],
     steps: Sequence[Step],
+    drop_reasoning: bool = False,
     images: ImageInputs | None = None,
 ) -> ChatCodec:
     """The codec for the tokenizer's chat template (``agent.template`` applied) and the env's format, checked on an
@@ -77,6 +78,7 @@ def choose_codec(
         template_kwargs: ``agent.chat_template_kwargs``.
         opening: An episode's opening messages.
         steps: Its actions and the env's messages after each (a golden episode).
+        drop_reasoning: ``agent.past_reasoning=drop``: past turns' reasoning leaves the next turns' prompts.
         images: A vision-language policy's image inputs (``None``: a text policy).
 
     Returns:
@@ -107,11 +109,18 @@ def choose_codec(
                 f"{_label(found)}, whose tool calls TRL cannot read; set agent.agent_type=hermes (<tool_call> JSON), "
                 f"react or code, or agent.template to a family TRL reads ({_tool_templates(tokenizer)})"
             )
+    if drop_reasoning and not (family and family.reasoning_end):
+        raise ConfigError(
+            f"agent.past_reasoning=drop: {_label(found)} has no reasoning to drop (families that have: "
+            f"{', '.join(name for name, known in FAMILIES.items() if known.reasoning_end and known.rollouts)}); "
+            "set agent.past_reasoning=keep"
+        )
     options = {
         "template_kwargs": template_kwargs,
         "response_template": response_template,
         "tool_results": family.tool_results if family else None,
         "end_of_turn": family.end_of_turn if family else (),
+        "reasoning_end": family.reasoning_end if drop_reasoning and family else None,
         "images": images,
     }
     read_calls = _call_reader(parser)
@@ -120,7 +129,7 @@ def choose_codec(
         _check(codec, opening, steps, read_calls)
         codec.note = None
     except RoundTripError as error:
-        raise ConfigError(f"agent.template: {error}") from None
+        raise ConfigError(f"agent.template: {error}{_metaspace_hint(tokenizer)}") from None
     except TemplateError as error:
         training = _training_template(tokenizer, found)
         if training is None:
@@ -141,6 +150,21 @@ def choose_codec(
     variant = " (TRL's training variant)" if codec.chat_template else ""
     codec.description = f"{_label(found)}{variant}; tool calls: {calls}; round trip ok"
     return codec
+
+
+def _metaspace_hint(tokenizer: Any) -> str:
+    """Why a byte-level vocabulary loaded with a Metaspace pre-tokenizer loses its spaces, and the fix; ``""`` for
+    another tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or "Metaspace" not in str(backend.pre_tokenizer):
+        return ""
+    if not any(token.startswith("Ġ") for token in tokenizer.get_vocab()):
+        return ""
+    return (
+        f" (its vocabulary is byte-level, but {type(tokenizer).__name__} splits text SentencePiece-style: transformers "
+        "5 loads tokenizers labelled LlamaTokenizerFast so, e.g. DeepSeek V3's, transformers issue 45488; load the "
+        'original tokenizer.json with "tokenizer_class": "PreTrainedTokenizerFast" in tokenizer_config.json)'
+    )
 
 
 def _call_reader(parser: Parser):

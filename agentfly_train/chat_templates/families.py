@@ -35,6 +35,8 @@ class Family:
             ``<|call|>``).
         rollouts: Whether its templates can serve token-in/token-out rollouts (``False``: the start-up check refuses
             them, e.g. Gemma 4 writes tool results inside the model's turn; ``tests/train/test_families.py``).
+        reasoning_end: The text that ends a turn's reasoning as the model samples it (Qwen3's ``</think>``), which
+            ``agent.past_reasoning=drop`` cuts at; ``""`` for a family without reasoning.
     """
 
     name: str
@@ -45,12 +47,18 @@ class Family:
     tool_results: str | None = None
     end_of_turn: tuple[str, ...] = ()
     rollouts: bool = True
+    reasoning_end: str = ""
 
 
 FAMILIES: Registry[Family] = Registry("model family", where="agentfly_train/chat_templates/families.py")
 for _family in (
     Family(
-        "qwen3", "<|im_start|>", ("qwen2_5", "qwen3", "qwen3_instruct_2507"), "<tool_call> JSON", "<think> ... </think>"
+        "qwen3",
+        "<|im_start|>",
+        ("qwen2_5", "qwen3", "qwen3_instruct_2507"),
+        "<tool_call> JSON",
+        "<think> ... </think>",
+        reasoning_end="</think>",
     ),
     Family(
         "qwen3_5",
@@ -58,6 +66,7 @@ for _family in (
         ("qwen3_5_nothink", "qwen3_5_think", "qwen3_6", "qwen3_8"),
         "<tool_call><function=...> XML",
         "<think> ... </think>",
+        reasoning_end="</think>",
     ),
     Family(
         "llama3", "<|eot_id|>", ("llama3_1", "llama3_2"), 'bare {"name": ..., "parameters": ...} JSON, one per turn'
@@ -69,6 +78,7 @@ for _family in (
         "to=functions.NAME commentary channel",
         "analysis channel",
         end_of_turn=("<|call|>",),
+        reasoning_end="<|end|><|start|>assistant",
     ),
     Family(
         "glm4moe",
@@ -92,6 +102,7 @@ for _family in (
         ("lfm2_v2", "lfm2_2_5", "lfm2_2_5_v2"),
         "<|tool_call_start|>[f(x=...)] Python calls",
         "<think>",
+        reasoning_end="</think>",
     ),
     Family(
         "gemma4",

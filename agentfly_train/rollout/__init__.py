@@ -16,6 +16,7 @@ from agentfly_train.rollout.episode import (
     Trajectory,
     reward_error_notes,
     summarize,
+    training_rows,
 )
 from agentfly_train.rollout.sync import run_rollouts
 
@@ -31,5 +32,6 @@ __all__ = [
     "run_rollouts",
     "run_rollouts_async",
     "summarize",
+    "training_rows",
     "trajectory_record",
 ]

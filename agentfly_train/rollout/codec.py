@@ -62,6 +62,8 @@ class ChatCodec:
         tool_results: For templates without a ``tool`` role: the format (with ``{content}``) of a tool result in
             the user turn that carries a turn's results; ``None`` renders role ``tool`` as is.
         end_of_turn: Tokens besides the EOS that end an assistant turn (gpt-oss's ``<|call|>``).
+        reasoning_end: Drop each turn's reasoning from the next turns' prompts (``agent.past_reasoning=drop``): the
+            text that ends it as the model samples it (Qwen3's ``</think>``); ``None`` keeps past reasoning.
         images: A vision-language policy's image inputs: each image token the template writes for a message's
             image is expanded to the image's placeholder tokens (``None``: a text policy).
     """
@@ -76,6 +78,7 @@ class ChatCodec:
         response_template: Mapping[str, Any] | None = None,
         tool_results: str | None = None,
         end_of_turn: Sequence[str] = (),
+        reasoning_end: str | None = None,
         images: ImageInputs | None = None,
     ) -> None:
         self.tokenizer = tokenizer
@@ -84,6 +87,7 @@ class ChatCodec:
         self.template_kwargs = dict(template_kwargs or {})
         self.response_template = response_template
         self.tool_results = tool_results
+        self.reasoning_end = reasoning_end
         self.images = images
         self.eos_token_id: int = tokenizer.eos_token_id
         self.end_tokens: list[str] = [token for token in (tokenizer.eos_token, *end_of_turn) if token]
@@ -102,6 +106,30 @@ class ChatCodec:
     def reads_tool_calls(self) -> bool:
         """Whether sampled turns are read in the model's own tool-call format (env actions are then messages)."""
         return self.response_template is not None
+
+    @property
+    def drops_reasoning(self) -> bool:
+        """Whether past turns' reasoning is dropped from the next turns' prompts (each turn then trains in its own
+        context: :func:`~agentfly_train.rollout.training_rows`)."""
+        return self.reasoning_end is not None
+
+    def kept_ids(self, token_ids: Sequence[int]) -> list[int]:
+        """The tokens of a sampled turn that the next turns' prompts hold: all of them, or, when the codec drops
+        past reasoning, those after its reasoning (through :attr:`reasoning_end` and the whitespace tokens after
+        it). A turn without the end of a reasoning block (none sampled, or cut inside it) is kept whole."""
+        if self.reasoning_end is None:
+            return list(token_ids)
+        pieces = [self.tokenizer.decode([token], skip_special_tokens=False) for token in token_ids]
+        text = "".join(pieces)
+        end = text.rfind(self.reasoning_end)
+        if end < 0:
+            return list(token_ids)
+        end += len(self.reasoning_end)
+        cut, length = 0, 0
+        while cut < len(pieces) and (length < end or not pieces[cut].strip()):
+            length += len(pieces[cut])
+            cut += 1
+        return list(token_ids[cut:])
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
         """The template's text for ``messages`` (tool results moved into user turns where the template wants)."""

@@ -1,7 +1,10 @@
 """One episode in tokens: its budgets, its trajectory, and what a sampled turn does to it.
 
 The completion of an episode is the concatenation of sampled tokens (``env_mask = 1``, trained) and
-observation tokens (``env_mask = 0``, never trained); the sampled tokens are never re-tokenised.
+observation tokens (``env_mask = 0``, never trained); the sampled tokens are never re-tokenised. Each turn is
+sampled after the episode's context: the prompt and the completion so far, or, when the codec drops past reasoning
+(``agent.past_reasoning=drop``), the prompt and the completion without each earlier turn's reasoning tokens; the
+trainer then trains each turn in that context (:func:`training_rows`).
 
 Budgets: ``max_tokens_per_turn`` new tokens per turn, ``response_length`` tokens per completion
 (sampled and observation tokens together), and ``max_turns`` assistant turns. An observation that would
@@ -74,6 +77,10 @@ class Trajectory:
             :mod:`~agentfly_train.rollout.stream`; 0 throughout otherwise).
         images: The images of the prompt and the observations, in the order of their placeholder tokens (PIL
             images; a vision-language policy's episode).
+        context_ids: What the next turn is sampled after: ``prompt_ids + completion_ids``, or that without earlier
+            turns' reasoning when the codec drops it (:meth:`~agentfly_train.rollout.ChatCodec.kept_ids`).
+        turn_spans: Per assistant turn, ``(context, start, end)``: the length of ``context_ids`` it was sampled
+            after, and where its sampled tokens are in ``completion_ids``.
     """
 
     prompt_ids: list[int]
@@ -93,7 +100,13 @@ class Trajectory:
     reward_components: dict[str, float] = field(default_factory=dict)
     reward_error: str | None = None
     versions: list[int] = field(default_factory=list)
+    context_ids: list[int] = field(default_factory=list)
+    turn_spans: list[tuple[int, int, int]] = field(default_factory=list)
+
     images: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.context_ids = self.context_ids or [*self.prompt_ids, *self.completion_ids]
 
     def extend(
         self, token_ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None, version: int = -1
@@ -196,7 +209,10 @@ def record_turn(
     Returns:
         Whether the episode goes on (it may still run out of turns: see :func:`finish`).
     """
+    start = len(trajectory.completion_ids)
     trajectory.extend(generation.token_ids, trained=True, logprobs=generation.logprobs, version=version)
+    trajectory.turn_spans.append((len(trajectory.context_ids), start, len(trajectory.completion_ids)))
+    trajectory.context_ids += codec.kept_ids(generation.token_ids)
     trajectory.messages.append(assistant_message(text))
     trajectory.num_turns += 1
     if stepped is None:
@@ -221,9 +237,48 @@ def record_turn(
         finish(trajectory, env, "length")
         return False
     trajectory.extend(observation, trained=False)
+    trajectory.context_ids += observation
     trajectory.messages.extend(messages)
     trajectory.images.extend(message_images(messages))
     return True
+
+
+def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) -> dict[str, list[Any]]:
+    """The rows the trainer trains on (TRL's ``rollout_func`` output), episodes in order.
+
+    Args:
+        trajectories: Finished episodes.
+        turns: ``None``: one row per episode, its prompt and whole completion (past reasoning kept). A number (the
+            turn budget; past reasoning dropped): that many rows per episode, one per turn, each the context the turn
+            was sampled after (``prompt_ids``) and its sampled tokens; a turn the episode did not take is a row of one
+            token with ``env_mask = 0`` (nothing trained).
+
+    Returns:
+        ``prompt_ids``, ``completion_ids``, ``logprobs`` (sampling log-probs), ``env_mask`` and ``env_reward`` (the
+        episode's reward on each of its rows), one entry per row.
+    """
+    rows: dict[str, list[Any]] = {
+        "prompt_ids": [],
+        "completion_ids": [],
+        "logprobs": [],
+        "env_mask": [],
+        "env_reward": [],
+    }
+
+    def add(prompt: list[int], completion: list[int], logprobs: list[float], mask: list[int], reward: float) -> None:
+        for key, value in zip(rows, (prompt, completion, logprobs, mask, reward), strict=True):
+            rows[key].append(value)
+
+    for t in trajectories:
+        if turns is None:
+            add(t.prompt_ids, t.completion_ids, t.logprobs, t.env_mask, t.reward)
+            continue
+        for context, start, end in t.turn_spans[:turns]:
+            add(t.context_ids[:context], t.completion_ids[start:end], t.logprobs[start:end], [1] * (end - start),
+                t.reward)  # fmt: skip
+        for _ in range(turns - len(t.turn_spans)):
+            add(t.prompt_ids, (t.completion_ids or t.prompt_ids)[-1:], [0.0], [0], t.reward)
+    return rows
 
 
 def finish(

@@ -191,7 +191,7 @@ class EpisodeStream:
         episode = self._episodes[key]
         request_id = f"episode-{key}-{next(_REQUEST_IDS)}"
         self._requests[request_id] = _Request(key, room_left(episode.trajectory, self.budgets), self.version)
-        prompt = episode.trajectory.prompt_ids + episode.trajectory.completion_ids
+        prompt = list(episode.trajectory.context_ids)
         self.engine.submit(request_id, prompt, turn_budget(episode.trajectory, self.budgets), episode.params)
 
     def _advance(self, key: int, generation: Generation, text: str, stepped: StepResult | None, version: int) -> None:

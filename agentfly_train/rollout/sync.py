@@ -60,7 +60,7 @@ def run_rollouts(
         start = time.perf_counter()
         images = [trajectories[i].images for i in active]
         generations = backend.generate(
-            [trajectories[i].prompt_ids + trajectories[i].completion_ids for i in active],
+            [list(trajectories[i].context_ids) for i in active],
             [turn_budget(trajectories[i], budgets) for i in active],
             params,
             **({"images": images} if any(images) else {}),  # a backend that supports_images (config checks)

@@ -57,10 +57,12 @@ from agentfly_train.algorithms import (
     subtract_kl,
 )
 from agentfly_train.batch import (
+    episode_mask,
     explained_variance,
     gather_rows,
     loss_mask,
     masked_stats,
+    on_turn_rows,
     outcome_rewards,
     pixel_inputs,
     sequences,
@@ -177,8 +179,12 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
     # --- advantages ----------------------------------------------------------------------------------------------
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """TRL's method with our advantages: the output's ``advantages`` become (B, T), 0 on tool tokens."""
+        """TRL's method with our advantages: the output's ``advantages`` become (B, T), 0 on tool tokens. When each
+        turn trains in its own context (:attr:`turn_rows`), B counts turn rows: TRL is given each task row once per
+        turn row, and the rollout plays each task once."""
         self._batch_tasks = [json.loads(row["task"]) for row in inputs]
+        if self.turn_rows is not None:
+            inputs = [row for row in inputs for _ in range(self.turn_rows)]
         try:
             output = super()._generate_and_score_completions(inputs)
             output.update(self._batch_pixels)  # TRL's layout: pixel_values, image_grid_thw, num_images
@@ -223,7 +229,9 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
     def _advantages(self, output: dict[str, Any], mode: str) -> Tensor:
         """(B, T) advantages of this process's rows, computed over the batch gathered from all processes.
 
-        With a critic, its values go into ``gae`` and it is then trained on the returns (in train mode).
+        With a critic, its values go into ``gae`` and it is then trained on the returns (in train mode). With turn
+        rows (:attr:`turn_rows`), the estimator scores the episodes (each as long as its sampled tokens) and each
+        turn row gets its episode's advantage.
         """
         mask = loss_mask(output)  # (B, T)
         batch, length = mask.shape
@@ -232,19 +240,23 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         values = None if self.critic is None else self.critic.values(input_ids, attention_mask, length)
         all_values = None if values is None else gather_rows(self.accelerator, values)
         all_mask = gather_rows(self.accelerator, mask)  # (B * processes, T_max)
-        rewards, metrics = self._token_rewards(output, all_mask, mode)
+        turns = self.turn_rows
+        scored_mask = all_mask if turns is None else episode_mask(all_mask, turns)  # (episodes, L) with turn rows
+        rewards, metrics = self._token_rewards(output, scored_mask, mode)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         advantages, returns = compute_advantage(
             self.rl.algorithm.adv_estimator,
             rewards,
-            all_mask,
-            index=torch.arange(all_mask.shape[0], device=all_mask.device) // group_size,
+            scored_mask,
+            index=torch.arange(scored_mask.shape[0], device=all_mask.device) // group_size,
             values=all_values,
             reward_baselines=self._gathered(self._batch_baselines) if self.estimator.needs_greedy_baseline else None,
             gamma=self.rl.algorithm.gamma,
             lam=self.rl.algorithm.lam,
             norm_adv_by_std_in_grpo=self.rl.algorithm.norm_adv_by_std_in_grpo,
         )
+        if turns is not None:
+            advantages, returns = (on_turn_rows(x, turns, all_mask) for x in (advantages, returns))
         for name, tensor in (("advantages", advantages), ("returns", returns)):
             metrics.update({f"critic/{name}/{k}": v for k, v in masked_stats(tensor, all_mask).items()})
         if values is not None:

@@ -21,6 +21,7 @@ from agentfly_train.rollout import (
     Trajectory,
     reward_error_notes,
     summarize,
+    training_rows,
     trajectory_record,
 )
 from agentfly_train.sharding import engine_weights, unsharded
@@ -101,13 +102,13 @@ class RolloutMixin:
         self._record_rollout(mode, trajectories, time.perf_counter() - start)
         if mode == "train":
             self._save_train_samples(trajectories)
-        return {
-            "prompt_ids": [t.prompt_ids for t in trajectories],
-            "completion_ids": [t.completion_ids for t in trajectories],
-            "logprobs": [t.logprobs for t in trajectories],
-            "env_mask": [t.env_mask for t in trajectories],
-            "env_reward": [t.reward for t in trajectories],
-        }
+        return training_rows(trajectories, self.turn_rows)
+
+    @property
+    def turn_rows(self) -> int | None:
+        """Rows per episode when each turn trains in its own context (past reasoning dropped: the turn budget), or
+        ``None`` for one row per episode."""
+        return self.agent.budgets.max_turns if self.agent.codec.drops_reasoning else None
 
     def _greedy_rewards(self, tasks: Sequence[Mapping[str, Any]]) -> list[float]:
         """ReMax's baseline of each row: the reward of one greedy episode per distinct task."""

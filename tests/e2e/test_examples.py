@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -340,3 +341,27 @@ def test_env_runtime_benchmark(tmp_path):
         assert set(rates) == {"local (threads)", "ray, 1 actor", "ray, 2 actors", "ray, 4 actors"}
         assert all(rate > 0 for rate in rates.values())
     assert "Latency of one env step" in out and "Python-tool env steps/s" in out
+
+
+@pytest.mark.slow
+@runs_readme_command("python benchmarks/remote_env.py --steps 300 --json benchmarks/results/remote_env.json")
+def test_remote_env_benchmark(readme, tmp_path):
+    """With 1 and 3 sessions, 20 steps each, and 5 ms between steps (the option's path)."""
+    pytest.importorskip("openenv", reason='needs openenv-core (the "openenv" extra)')
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result_file = tmp_path / "remote.json"
+    command = readme_command(
+        readme,
+        {"--steps": "20", "--json": str(result_file)},
+        ["--sessions", "1", "3", "--think-ms", "5", "--port", str(port)],
+    )
+    out = run_script(*command.argv[1:])
+    figures = json.loads(result_file.read_text())
+    rows = figures["rows"]
+    assert figures["think_ms"] == 5
+    assert [row["sessions"] for row in rows] == [1, 3] and all(row["errors"] == 0 for row in rows)
+    for row in rows:
+        assert row["remote_p50_ms"] > 0 and row["server_cpu_ms"] > 0 and row["remote_client_cpu_ms"] > 0
+    assert rows[1]["server_mib_idle"] > 0 and "p99 at 1 session" in out and "server memory:" in out

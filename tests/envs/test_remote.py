@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import threading
 import time
 import urllib.request
 
@@ -107,6 +109,54 @@ def test_sessions_are_bounded(url):
     while info(url)["sessions"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert info(url)["sessions"] == 0
+
+
+def test_64_sessions_open_at_once_and_play_without_errors():
+    sessions = 64
+    golden = gym.make("agentfly/Arith-Calc", **KWARGS).unwrapped
+    rewards: dict[int, float] = {}
+    with ServerThread(create_app("agentfly/Arith-Calc", KWARGS, max_sessions=sessions)) as served:
+        envs = [gym.make("agentfly/Remote", url=served) for _ in range(sessions)]
+
+        def play(index: int) -> None:
+            envs[index].reset(options={"index": index})
+            for action in golden.golden_actions(golden.tasks.row(index)):
+                _, reward, *_ = envs[index].step(action)
+            rewards[index] = reward
+
+        threads = [threading.Thread(target=play, args=(index,)) for index in range(sessions)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert info(served)["sessions"] == sessions
+        for env in envs:
+            env.close()
+    assert rewards == dict.fromkeys(range(sessions), 1.0)
+
+
+class SlowToOpen:
+    """ASGI wrapper: a server too busy to answer a WebSocket handshake for ``delay`` seconds."""
+
+    def __init__(self, app, delay: float) -> None:
+        self.app, self.delay = app, delay
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            await asyncio.sleep(self.delay)
+        await self.app(scope, receive, send)
+
+
+def test_a_busy_server_gets_the_step_timeout_to_open_a_session():
+    with ServerThread(SlowToOpen(create_app("agentfly/Arith-Calc", KWARGS), delay=1.5)) as served:
+        env = gym.make("agentfly/Remote", url=served, connect_timeout=0.5)
+        started = time.monotonic()
+        opening, _ = env.reset(options={"index": 0})
+        assert time.monotonic() - started >= 1.5 and opening
+        env.close()
+        hasty = gym.make("agentfly/Remote", url=served, timeout=0.5)
+        with pytest.raises(RemoteEnvError, match="stopped answering"):
+            hasty.reset(options={"index": 0})
 
 
 def test_idle_sessions_time_out_and_a_dead_server_is_an_error_observation():

@@ -6,12 +6,14 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from agentfly_train.algorithms import agg_loss
+from agentfly_train.algorithms import agg_loss, compute_advantage
 from agentfly_train.batch import (
+    episode_mask,
     explained_variance,
     gather_rows,
     loss_mask,
     masked_stats,
+    on_turn_rows,
     outcome_rewards,
     row_slices,
     step_denominator,
@@ -31,6 +33,21 @@ def test_loss_mask_drops_tool_tokens_and_padding():
     mask = loss_mask({"completion_mask": COMPLETION_MASK, "tool_mask": TOOL_MASK})
     assert mask.tolist() == [[1, 1, 0, 0, 1, 0], [1, 1, 1, 1, 1, 1]]
     assert loss_mask({"completion_mask": COMPLETION_MASK}).tolist() == COMPLETION_MASK.tolist()
+
+
+def test_turn_rows_get_their_episodes_advantage_scored_per_episode():
+    # one group of two episodes, two turn rows each: episode 0 (reward 1) took two turns of 2 and 1 sampled tokens,
+    # episode 1 (reward 0) one turn of 3 (its second row is an untaken turn); GRPO: s = (1, 0), mean 1/2, std 1/√2
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]])
+    episodes = episode_mask(mask, turns=2)
+    assert episodes.tolist() == [[1, 1, 1], [1, 1, 1]]
+    rewards = outcome_rewards(torch.tensor([1.0, 0.0]), episodes)
+    advantages, _ = compute_advantage(
+        "grpo", rewards, episodes, index=torch.tensor([0, 0]), norm_adv_by_std_in_grpo=True, gamma=1.0, lam=1.0
+    )
+    a = 0.5 / (0.5**0.5 + 1e-6)
+    expected = [[a, a, 0], [a, 0, 0], [-a, -a, -a], [0, 0, 0]]
+    assert torch.allclose(on_turn_rows(advantages, 2, mask), torch.tensor(expected))
 
 
 def test_outcome_reward_sits_on_the_last_sampled_token():

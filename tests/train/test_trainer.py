@@ -310,3 +310,31 @@ def test_rollout_correction_with_several_optimiser_steps_per_batch_uses_the_roll
     torch.testing.assert_close(weights[mask == 1], torch.ones_like(weights[mask == 1]), atol=1e-3, rtol=0)
     assert torch.all(weights[mask == 0] == 0) and trainer._gap_chunks is None
     _shut_down(trainer)
+
+
+def test_dropped_reasoning_trains_each_turn_as_a_row_with_its_episodes_advantage(warm_policy, tmp_path):
+    """With past reasoning dropped, TRL gets ``max_turns`` rows per episode, each the turn's sampled tokens after the
+    context it was sampled in, and every sampled token of an episode has the episode's GRPO advantage. (The tiny
+    policy does not reason: its tool-call tag stands in for the end of a reasoning block.)"""
+    trainer = _trainer(warm_policy, tmp_path)
+    trainer.agent.codec.reasoning_end = "<tool_call>"
+    turns = trainer.turn_rows
+    assert turns == 2  # LEARNING_TASKS' max_turns
+    inputs = trainer._generate_and_score_completions(_generation_batch(trainer))  # before TRL shuffles the rows
+    mask = loss_mask(inputs)  # (episodes * turns, T)
+    rewards = torch.tensor(trainer._batch_rewards)  # (episodes,)
+    assert mask.shape[0] == len(rewards) * turns == 16
+    assert mask[1::turns].sum(dim=1).gt(0).any(), "no episode took a second turn"
+    groups = rewards.view(-1, trainer.num_generations)  # GRPO over each prompt's episodes
+    expected = ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-6)).flatten()
+    ours = inputs["advantages"]
+    assert torch.all(ours[mask == 0] == 0)
+    for row in range(mask.shape[0]):
+        torch.testing.assert_close(ours[row][mask[row] == 1], expected[row // turns].expand(int(mask[row].sum())))
+    # a second turn's prompt is the first turn's prompt, then the first turn without its "reasoning"
+    prompts = [ids[m.bool()].tolist() for ids, m in zip(inputs["prompt_ids"], inputs["prompt_mask"], strict=True)]
+    second = next(row for row in range(1, mask.shape[0], turns) if mask[row].sum() > 0)
+    first_turn = inputs["completion_ids"][second - 1][mask[second - 1] == 1].tolist()
+    assert prompts[second][: len(prompts[second - 1])] == prompts[second - 1]
+    assert prompts[second][len(prompts[second - 1]) :][: len(first_turn)] != first_turn  # its start was dropped
+    _shut_down(trainer)

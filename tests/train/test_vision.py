@@ -158,6 +158,7 @@ def _screenshot_overrides(*extra: str) -> list[str]:
         ),
         (["agent.max_images=-1"], "agent.max_images must be >= 0"),
         (["sft.enable=true"], "the warm start does not yet pass the screenshots"),
+        (["agent.past_reasoning=drop"], "agent.past_reasoning=drop trains each turn as its own row"),
     ],
 )
 def test_what_a_screenshot_run_cannot_combine_is_a_one_line_config_error(extra, message):
