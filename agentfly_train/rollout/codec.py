@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agentfly_envs.parsers import Action, ToolCall, call_from_object
+from agentfly_envs.parsers import Action, parse_message
 from agentfly_train.vision import ImageInputs, message_images
 
 _PROBE_USER = {"role": "user", "content": "x"}
@@ -29,20 +29,12 @@ def assistant_message(action: Action) -> dict[str, Any]:
 
 def _checked_calls(message: Mapping[str, Any]) -> dict[str, Any]:
     """The ``tool_calls`` of a parsed turn that name a tool and carry object arguments (as the template renders
-    calls), and ``parse_errors`` for the others: a call the policy wrote without a name is the env's ``Error:``
-    observation, and must not reach the template when the turn is rendered again."""
-    entries = message.get("tool_calls") or []
-    if isinstance(entries, str) or not isinstance(entries, Sequence):
-        entries = [entries]
-    calls: list[dict[str, Any]] = []
-    errors = list(message.get("parse_errors") or [])
-    for position, entry in enumerate(entries, start=1):
-        call = call_from_object(entry, position)
-        if isinstance(call, ToolCall):
-            calls.append(call.as_openai())
-        else:
-            errors.append(call)
-    return ({"tool_calls": calls} if calls else {}) | ({"parse_errors": errors} if errors else {})
+    calls), and ``parse_errors`` for the others (:func:`~agentfly_envs.parsers.parse_message`, as the env reads
+    them): a call the policy wrote without a name is the env's ``Error:`` observation, and must not reach the
+    template when the turn is rendered again."""
+    read = parse_message(message)
+    calls = [call.as_openai() for call in read.calls]
+    return ({"tool_calls": calls} if calls else {}) | ({"parse_errors": read.errors} if read.errors else {})
 
 
 class ChatCodec:
