@@ -31,26 +31,40 @@ ENGINES = {
 }
 
 
-def run_job(engine: str, steps: int, directory: Path, extra: list[str]) -> list[dict[str, float]]:
-    """The per-step records (steps 2..N) of one CLI training run on ``engine``."""
-    command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart",
-               f"trainer.total_training_steps={steps}", "trainer.val_before_train=false", "data.val_size=0",
-               f"trainer.default_local_dir={directory}", *ENGINES[engine], *extra]  # fmt: skip
+def step_records(name: str, arguments: list[str], directory: Path) -> list[dict[str, float]]:
+    """The per-step records (steps 2..N) of one CLI training run, ``python -m agentfly_train`` with ``arguments``,
+    written under ``directory``; exits naming the run (``name``) if it fails."""
+    command = [sys.executable, "-m", "agentfly_train", "--no-progress", *arguments,
+               f"trainer.default_local_dir={directory}"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"the {engine} run failed: {done.stderr.strip().splitlines()[-1]}")
+        raise SystemExit(f"the {name} run failed: {done.stderr.strip().splitlines()[-1]}")
     records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
     return [record for record in records if "step_time" in record and record["step"] > 1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8, help="training steps per run (the first is left out)")
+def step_arguments(doc: str, default_steps: int) -> argparse.Namespace:
+    """``--steps``, ``--out`` and config overrides: the command line of a script comparing the steps of runs (its
+    description: the first line of ``doc``)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=default_steps, help="training steps per run (first left out)")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
     parser.add_argument("overrides", nargs="*", help="config overrides for both runs (key=value)")
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is left out)")
+    return args
+
+
+def run_job(engine: str, steps: int, directory: Path, extra: list[str]) -> list[dict[str, float]]:
+    """The per-step records (steps 2..N) of one CLI training run on ``engine``."""
+    arguments = ["--config", "quickstart", f"trainer.total_training_steps={steps}", "trainer.val_before_train=false",
+                 "data.val_size=0", *ENGINES[engine], *extra]  # fmt: skip
+    return step_records(engine, arguments, directory)
+
+
+def main() -> None:
+    args = step_arguments(__doc__, default_steps=8)
 
     figures: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:

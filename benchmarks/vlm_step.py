@@ -16,14 +16,13 @@ are not counted (one per env, see ``benchmarks/web_throughput.py``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from step_time import step_arguments, step_records  # this folder is on the path of a script run from it
 
 PARTS = ("step_time", "timing/rollout_s", "timing/env_s", "timing/update_s")
 SIZES = ("episode/turns", "episode/response_length", "completions/mean_length")
@@ -46,13 +45,7 @@ MODES = {"text": "agent.env_kwargs={obs: text}", "screenshot": "agent.env_kwargs
 
 def run_job(mode: str, steps: int, directory: Path, extra: list[str]) -> list[dict[str, float]]:
     """The per-step records (steps 2..N) of one CLI training run seeing the page in ``mode``."""
-    command = [sys.executable, "-m", "agentfly_train", "--no-progress", *JOB, MODES[mode],
-               f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={directory}", *extra]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"the {mode} run failed: {done.stderr.strip().splitlines()[-1]}")
-    records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
-    return [record for record in records if "step_time" in record and record["step"] > 1]
+    return step_records(mode, [*JOB, MODES[mode], f"trainer.total_training_steps={steps}", *extra], directory)
 
 
 def rollout_image_memory(episodes: int = 64, turns: int = 2) -> dict[str, float]:
@@ -85,13 +78,7 @@ def rollout_image_memory(episodes: int = 64, turns: int = 2) -> dict[str, float]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=4, help="training steps per run (the first is left out)")
-    parser.add_argument("--out", type=Path, help="write the figures here as JSON")
-    parser.add_argument("overrides", nargs="*", help="config overrides for both runs (key=value)")
-    args = parser.parse_args()
-    if args.steps < 2:
-        parser.error("--steps must be at least 2 (the first step is left out)")
+    args = step_arguments(__doc__, default_steps=4)
 
     figures: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
