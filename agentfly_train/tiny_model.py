@@ -168,7 +168,14 @@ def build_vl_image_processor(max_pixels: int = 128 * 28 * 28):
     return Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=max_pixels)
 
 
-def build_vl_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0):
+def build_vl_model(
+    tokenizer,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    seed: int = 0,
+    initializer_range: float = 0.02,
+):
     """A randomly initialised ``Qwen2_5_VLForConditionalGeneration`` sized for CPU tests: the text model of
     :func:`build_model`'s size with M-RoPE, and a one-block vision tower of width 32 (14-pixel patches, 2 x 2
     merge) projecting into it.
@@ -179,6 +186,9 @@ def build_vl_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_he
         num_layers: Text transformer blocks.
         num_heads: Text attention heads (key/value heads are half as many).
         seed: Seed of the weight initialisation.
+        initializer_range: Standard deviation of the initial weights (transformers' default, 0.02, is sized for
+            wide models: at this width the screenshots barely move the logits, and learning to read them stalls;
+            about ``1 / sqrt(hidden_size)`` lets a short warm start and RL learn from them).
 
     Returns:
         The model, in float32, with ``generation_config`` stopping on ``<|im_end|>``.
@@ -204,6 +214,7 @@ def build_vl_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_he
             "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": tokenizer.pad_token_id,
             "bos_token_id": None,
+            "initializer_range": initializer_range,
         },
         vision_config={
             "depth": 1,
@@ -212,6 +223,7 @@ def build_vl_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_he
             "num_heads": 2,
             "out_hidden_size": hidden_size,
             "fullatt_block_indexes": [0],
+            "initializer_range": initializer_range,
         },
         image_token_id=token("<|image_pad|>"),
         video_token_id=token("<|video_pad|>"),

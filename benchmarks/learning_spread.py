@@ -27,9 +27,10 @@ VLLM = (
 )
 
 
-def run_seed(seed: int, directory: Path, overrides: list[str]) -> dict[str, float]:
-    """Validation accuracy before and after RL, and the run's wall time, of the quickstart with ``seed``."""
-    command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart",
+def run_seed(seed: int, directory: Path, overrides: list[str], preset: str | None = "quickstart") -> dict[str, float]:
+    """Validation accuracy before and after RL, and the run's wall time, of the CLI's job (``preset`` and
+    ``overrides``) with ``seed``."""
+    command = [sys.executable, "-m", "agentfly_train", "--no-progress", *(["--config", preset] if preset else []),
                f"trainer.seed={seed}", f"trainer.default_local_dir={directory}", *overrides]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -40,6 +41,20 @@ def run_seed(seed: int, directory: Path, overrides: list[str]) -> dict[str, floa
     accuracies = [r["val/accuracy"] for r in records if "val/accuracy" in r]
     return {"seed": seed, "before": accuracies[0], "after": accuracies[-1], "gain": accuracies[-1] - accuracies[0],
             "seconds": seconds}  # fmt: skip
+
+
+def print_seed(run: dict[str, float]) -> None:
+    """Prints one :func:`run_seed` result as a line."""
+    print("seed {seed}: validation accuracy {before:.3f} -> {after:.3f} (gain {gain:+.3f}), {seconds:.0f} s"
+          .format(**run), flush=True)  # fmt: skip
+
+
+def print_spread(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Prints the gains' minimum, mean and maximum over ``runs`` and returns them."""
+    gains = [run["gain"] for run in runs]
+    summary = {"min": min(gains), "mean": statistics.fmean(gains), "max": max(gains)}
+    print("gain over {n} seeds: min {min:+.3f}, mean {mean:+.3f}, max {max:+.3f}".format(n=len(gains), **summary))
+    return summary
 
 
 def main() -> None:
@@ -55,11 +70,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for seed in args.seeds:
             runs.append(run_seed(seed, Path(scratch) / str(seed), overrides))
-            print("seed {seed}: validation accuracy {before:.3f} -> {after:.3f} (gain {gain:+.3f}), {seconds:.0f} s"
-                  .format(**runs[-1]), flush=True)  # fmt: skip
-    gains = [run["gain"] for run in runs]
-    summary = {"min": min(gains), "mean": statistics.fmean(gains), "max": max(gains)}
-    print("gain over {n} seeds: min {min:+.3f}, mean {mean:+.3f}, max {max:+.3f}".format(n=len(gains), **summary))
+            print_seed(runs[-1])
+    summary = print_spread(runs)
     if args.out:
         engine = "vllm" if args.vllm else "hf"
         args.out.write_text(json.dumps({"engine": engine, "overrides": overrides, "runs": runs, "gain": summary},
