@@ -3,7 +3,7 @@
 The task (``agentfly/TestRedOrBlue``, ``tests/train/red_or_blue.py``): one turn, a screen with a red or a blue square
 and the same question every time, "Red (1) or blue (2)?", so only the image tells the answer. Per seed: the tiny
 Qwen2.5-VL is warm-started in this process on an imperfect demonstrator (it says ``1`` to every red square and to
-3 of 4 blue ones; greedy, the policy then says ``1`` to everything, accuracy 1/2), then GRPO runs through the CLI
+3 of 5 blue ones; greedy, the policy then says ``1`` to everything, accuracy 1/2), then GRPO runs through the CLI
 (``agent_type=gui``, ``template=qwen2.5-vl``, ``obs=screenshot``, HF sampling) and validates greedily on 32 screens it
 never trains on, before and after. Prints per seed the accuracies and the gain, then the gains' spread.
 

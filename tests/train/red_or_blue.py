@@ -3,8 +3,8 @@ shows a square, red or blue, and the question (the same text for every task) ask
 ``2`` (blue). Importing this module registers ``agentfly/TestRedOrBlue``; the CLI imports it with
 ``agent.imports=[tests/train/red_or_blue.py]``.
 
-:func:`warm_start` writes the tiny vision-language policy the RL run starts from: it answers in the task's format but
-says ``1`` whatever the screen shows (greedy accuracy 1/2), so what RL adds can only come from the image.
+:func:`warm_start` writes the tiny vision-language policy the RL run starts from: it answers in the task's format and,
+greedy, says ``1`` to every screen (accuracy 1/2); what RL adds to that can only come from the image.
 """
 
 from __future__ import annotations
@@ -134,18 +134,11 @@ def warm_start(directory: str | Path, seed: int, steps: int = 16, blue_says_red:
             answer = [*codec.encode(says), codec.eos_token_id]
             rows.append((prompt + answer, [-100] * len(prompt) + answer))
             shots.append([info["messages"][0]["content"][0]["image"]])
-        width = max(len(ids) for ids, _ in rows)  # the prompts have the same length; padded for safety
-        input_ids = torch.tensor([ids + [tokenizer.pad_token_id] * (width - len(ids)) for ids, _ in rows])
-        labels = torch.tensor([labels + [-100] * (width - len(labels)) for _, labels in rows])
+        input_ids = torch.tensor([ids for ids, _ in rows])  # one length: the same text and image size every time
+        labels = torch.tensor([labels for _, labels in rows])
         pixels = images.pixel_inputs(shots)
         pixels.pop("num_images")
-        loss = model(
-            input_ids=input_ids,
-            attention_mask=(input_ids != tokenizer.pad_token_id).long(),
-            labels=labels,
-            mm_token_type_ids=images.token_types(input_ids),
-            **pixels,
-        ).loss
+        loss = model(input_ids=input_ids, labels=labels, mm_token_type_ids=images.token_types(input_ids), **pixels).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

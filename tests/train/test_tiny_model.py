@@ -84,3 +84,16 @@ def test_a_saved_tiny_policy_reloads_with_the_same_token_ids(tmp_path, tiny_toke
     # transformers alone would pick Qwen2Tokenizer next to the Qwen2 config.json, whose pre-tokenizer differs
     text = 'You are a careful assistant.\n{"name": "calculator"} Mateo has 9 boxes with 8 beads.'
     assert tokenizer(text)["input_ids"] == tiny_tokenizer(text)["input_ids"]
+
+
+def test_the_tiny_vlm_initialises_text_and_vision_weights_at_initializer_range(tiny_tokenizer):
+    import copy
+
+    from agentfly_train.tiny_model import add_vision_tokens, build_vl_model
+
+    tokenizer = add_vision_tokens(copy.deepcopy(tiny_tokenizer))
+    for initializer_range in (0.02, 0.1):
+        model = build_vl_model(tokenizer, initializer_range=initializer_range)
+        for name in ("model.language_model.layers.0.mlp.up_proj.weight", "model.visual.patch_embed.proj.weight"):
+            std = model.get_parameter(name).std().item()
+            assert std == pytest.approx(initializer_range, rel=0.1), name
