@@ -28,7 +28,7 @@ from tests.train.red_or_blue import RL_JOB, warm_start
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="trainer.seed values")
-    parser.add_argument("--warm-start-steps", type=int, default=16, help="supervised batches before RL")
+    parser.add_argument("--warm-start-steps", type=int, default=32, help="supervised batches before RL")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
     parser.add_argument("overrides", nargs="*", help="config overrides of the RL run (key=value)")
     args = parser.parse_args()

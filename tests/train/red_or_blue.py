@@ -98,7 +98,7 @@ if ENV_ID not in gym.registry:
     gym.register(ENV_ID, entry_point=RedOrBlue)
 
 
-def warm_start(directory: str | Path, seed: int, steps: int = 16, blue_says_red: float = 0.6, lr: float = 1e-2) -> Path:
+def warm_start(directory: str | Path, seed: int, steps: int = 32, blue_says_red: float = 0.6, lr: float = 1e-2) -> Path:
     """Builds the tiny vision-language policy (``initializer_range=0.1``: see
     :func:`~agentfly_train.tiny_model.build_vl_model`) and trains it for ``steps`` batches of 8 screens on the
     answers of a demonstrator that says ``1`` to every red square, but also to a blue one with probability
