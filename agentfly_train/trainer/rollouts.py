@@ -20,6 +20,7 @@ from agentfly_train.generation import GenerationBackend
 from agentfly_train.rollout import (
     Trajectory,
     reward_error_notes,
+    row_images,
     summarize,
     training_rows,
     trajectory_record,
@@ -94,7 +95,7 @@ class RolloutMixin:
             trajectories = self.schedule.run(self, self._batch_tasks, self.agent.val_params)
         self._batch_rewards = [t.reward for t in trajectories]
         if self.agent.codec.images is not None:
-            images = [t.images for t in trajectories]
+            images = row_images(trajectories, self.agent.turn_rows)
             self._batch_pixels = self.agent.codec.images.pixel_inputs(images, self.accelerator.device)
         if self.estimator.needs_greedy_baseline:
             self._batch_baselines = self._greedy_rewards(self._batch_tasks)
@@ -102,13 +103,7 @@ class RolloutMixin:
         self._record_rollout(mode, trajectories, time.perf_counter() - start)
         if mode == "train":
             self._save_train_samples(trajectories)
-        return training_rows(trajectories, self.turn_rows)
-
-    @property
-    def turn_rows(self) -> int | None:
-        """Rows per episode when each turn trains in its own context (past reasoning dropped: the turn budget), or
-        ``None`` for one row per episode."""
-        return self.agent.budgets.max_turns if self.agent.codec.drops_reasoning else None
+        return training_rows(trajectories, self.agent.turn_rows)
 
     def _greedy_rewards(self, tasks: Sequence[Mapping[str, Any]]) -> list[float]:
         """ReMax's baseline of each row: the reward of one greedy episode per distinct task."""

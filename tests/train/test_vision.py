@@ -17,9 +17,16 @@ from agentfly_envs.worlds.miniwob import require_miniwob
 from agentfly_train.chat_templates import chat_template
 from agentfly_train.config import ConfigError
 from agentfly_train.generation import Generation, HFGenerationBackend, Policy, SamplingParams
-from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts, trajectory_record
+from agentfly_train.rollout import (
+    ChatCodec,
+    RolloutBudgets,
+    row_images,
+    run_rollouts,
+    training_rows,
+    trajectory_record,
+)
 from agentfly_train.tiny_model import add_vision_tokens, build_vl_image_processor, build_vl_model
-from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs
+from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs, message_images
 from tests.conftest import readme_command, run_cli, runs_readme_command
 from tests.train.conftest import quickstart_config
 
@@ -88,14 +95,40 @@ def test_a_multi_turn_screenshot_episode_carries_each_turns_image_as_untrained_p
     assert '"size": [160, 210]' in record  # sample files write an image as its size
 
 
-def test_max_images_replaces_a_later_screenshot_by_text_before_it_is_tokenised(vision):
-    _, images, _, _ = vision
+def test_max_images_drops_the_oldest_screenshot_and_each_turn_trains_in_the_context_it_was_sampled_in(vision):
+    """With ``max_images=1``, the observation's screenshot replaces the prompt's in the context: the second turn is
+    sampled with the new screenshot only, the old one's tokens (markers included) are the placeholder text's, and
+    each turn's training row is its own context with that context's images (the rows of turns not taken, the
+    prompt's)."""
+    tokenizer, images, _, _ = vision
     trajectory, policy = _episode(vision, max_images=1)
-    assert trajectory.reward == 1.0 and len(trajectory.images) == 1
-    assert images.image_token_id not in trajectory.completion_ids
-    observation = trajectory.messages[3]["content"]
-    assert observation[0] == {"type": "text", "text": IMAGE_PLACEHOLDER}
-    assert [len(given[0]) for given in policy.images] == [1, 1]
+    first, second = message_images(trajectory.messages)  # the record keeps every screenshot
+    assert trajectory.reward == 1.0 and trajectory.num_turns == 2
+    assert [given[0] for given in policy.images] == [[first], [second]]
+    assert trajectory.images == [second] and [span.images for span in trajectory.turn_spans] == [[first], [second]]
+    per_image = images.tokens_per_image(first)
+    later = trajectory.turn_spans[1].context
+    assert later.count(images.image_token_id) == per_image
+    assert tokenizer.decode(later, skip_special_tokens=False).count("<|vision_start|>") == 1
+    assert IMAGE_PLACEHOLDER in tokenizer.decode(later)
+    assert trajectory.context_ids[: len(later)] == later
+    assert trajectory.turn_spans[0].context == trajectory.prompt_ids  # sampled on the prompt as it was
+    rows = training_rows([trajectory], turns=3)
+    shots = row_images([trajectory], turns=3)
+    assert shots == [[first], [second], [first]]
+    for prompt, completion, mask, row_shots in zip(
+        rows["prompt_ids"], rows["completion_ids"], rows["env_mask"], shots, strict=True
+    ):
+        assert [*prompt, *completion].count(images.image_token_id) == per_image * len(row_shots)
+        assert images.image_token_id not in [token for token, m in zip(completion, mask, strict=True) if m]
+    assert rows["prompt_ids"][1] == later and rows["env_mask"][2] == [0]
+
+
+def test_an_episode_within_max_images_is_one_growing_sequence(vision):
+    """The same episode with room for both screenshots: the context is the prompt and the completion, unchanged."""
+    trajectory, _ = _episode(vision, max_images=2)
+    assert trajectory.context_ids == trajectory.prompt_ids + trajectory.completion_ids
+    assert trajectory.images == message_images(trajectory.messages) and len(trajectory.images) == 2
 
 
 def test_hf_sampling_with_images_scores_as_the_trainers_forward(vision):
@@ -158,7 +191,11 @@ def _screenshot_overrides(*extra: str) -> list[str]:
         ),
         (["agent.max_images=-1"], "agent.max_images must be >= 0"),
         (["sft.enable=true"], "the warm start does not yet pass the screenshots"),
-        (["agent.past_reasoning=drop"], "agent.past_reasoning=drop trains each turn as its own row"),
+        (["async_training.enable=true"], "the episode stream does not pass the screenshots"),
+        (
+            ["agent.max_images=1", "algorithm.adv_estimator=reinforce_plus_plus"],
+            "agent.max_images trains each turn as its own sample with its episode's advantage",
+        ),
     ],
 )
 def test_what_a_screenshot_run_cannot_combine_is_a_one_line_config_error(extra, message):
@@ -198,7 +235,7 @@ def test_the_shipped_qwen2_5_vl_template_writes_one_image_token_per_image(vision
 @pytest.mark.timeout(600)
 @runs_readme_command(
     "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-vl agent.env=agentfly/MiniWoB-ClickButton "
-    "agent.agent_type=gui agent.template=qwen2.5-vl 'agent.env_kwargs={obs: screenshot}' agent.max_images=2 "
+    "agent.agent_type=gui agent.template=qwen2.5-vl 'agent.env_kwargs={obs: screenshot}' agent.max_images=1 "
     "algorithm.adv_estimator=grpo agent.max_turns=2 agent.max_tokens_per_turn=32 agent.num_chains=2 "
     "data.train_batch_size=2 data.val_size=0 trainer.total_training_steps=2"
 )
