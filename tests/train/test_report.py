@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,48 +14,12 @@ import pytest
 from agentfly_train.__main__ import main
 from agentfly_train.report import build_report, load_run
 from agentfly_train.report.charts import chart_data
-from tests.train.conftest import LEARNING_TASKS, run_cli
+from tests.train.conftest import LEARNING_TASKS, console_errors, open_page, run_cli, select
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 TRAIN_SAMPLES = 6
 
 
 # --- the browser ------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Headless Chromium driven by selenium, logging the page's console."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the [dev] extra)")
-    if not (CHROMIUM and CHROMEDRIVER):
-        pytest.skip("no chromium/chromedriver on PATH (Debian: apt-get install chromium chromium-driver)")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(argument)
-    options.add_argument("--window-size=1400,1800")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    yield driver
-    driver.quit()
-
-
-def open_page(driver, path: Path) -> None:
-    driver.get(path.resolve().as_uri())
-    driver.get_log("browser")  # (clears the log of earlier pages)
-
-
-def console_errors(driver) -> list[str]:
-    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
-
-
-def select(driver, element_id: str, value: str) -> None:
-    from selenium.webdriver.support.ui import Select
-
-    Select(driver.find_element("id", element_id)).select_by_value(value)
 
 
 def shown_episodes(driver) -> list:
