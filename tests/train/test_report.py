@@ -178,8 +178,9 @@ def _sample(question: str, correct: bool, content: str = "The answer is \\boxed{
 
 
 def _broken_run(run_dir: Path) -> Path:
-    """metrics.jsonl and a validation file cut mid-line (a killed run), a NaN, a non-object line, and message
-    text that would end a <script> element if it were pasted into the page unescaped."""
+    """metrics.jsonl and a validation file cut mid-line (a killed run), a NaN, a non-object line, message text
+    that would end a <script> element if it were pasted into the page unescaped, and screenshots without a saved
+    file (a run from before they were saved) or naming one outside the sample directory."""
     metrics = [{"step": 0, "val/accuracy": 0.0}, {"step": 1, "reward/mean": 0.5, "accuracy": 0.5, "loss": float("nan")}]
     lines = [json.dumps(record) for record in metrics]
     (run_dir / "metrics.jsonl").write_text("\n".join([*lines, "[1, 2]", '{"step": 2, "rewa']))
@@ -187,6 +188,8 @@ def _broken_run(run_dir: Path) -> Path:
     failed = _sample("Q2", False, "<tool_call>{oops</tool_call>")
     failed["messages"].append({"role": "assistant", "content": "\n" * 500})
     failed["messages"].append({"role": "tool", "name": "error", "content": "Error: tool call 1 is not valid JSON"})
+    screens = [{"type": "image", "size": [160, 210]}, {"type": "image", "size": [8, 8], "file": "../../x.png"}]
+    failed["messages"].append({"role": "tool", "name": "click", "content": [*screens, {"type": "text", "text": "Ok."}]})
     failed["turn_calls"] = [[{"error": "tool call 1 is not valid JSON"}]]
     episodes = [_sample("What is </script><script>alert(1)</script>?", True), failed]
     text = "\n".join(json.dumps(e) for e in episodes) + '\n{"reward": Na'
@@ -207,6 +210,8 @@ def test_truncated_and_malformed_lines_are_skipped_and_named(tmp_path):
     )
     assert "val_samples/step_000001.jsonl line 3" in problems
     assert "config.json is not a JSON object" in problems
+    assert "1 screenshots named by the saved episodes are missing or not PNG files in their sample" in problems
+    assert data.images == {} and "file" not in data.samples["val"][1][1]["messages"][-1]["content"][1]
     assert "no training episodes" in problems and "no validation episodes" not in problems
     groups = {group["title"]: group for group in chart_data(data.metrics)}
     reward = groups["Reward and accuracy"]["charts"][0]
@@ -305,6 +310,7 @@ def test_empty_and_broken_runs_give_pages_that_say_what_is_missing(tmp_path, bro
     errors = shown_episodes(browser)[1].find_elements("css selector", ".msg.error, .call.error")
     assert [e.get_attribute("class") for e in errors] == ["call error", "msg role-tool error"]  # highlighted
     assert "(whitespace only: 500 characters" in shown_episodes(browser)[1].text
+    assert "[screenshot 160×210: not saved]\n[screenshot 8×8: not saved]\nOk." in shown_episodes(browser)[1].text
     assert len(browser.find_elements("css selector", ".chart .plot svg.main-svg")) >= 1
     assert len(shown_episodes(browser)) == 2
     assert "</script><script>alert(1)</script>" in shown_episodes(browser)[0].text  # shown as text, not run
