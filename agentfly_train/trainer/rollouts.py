@@ -23,8 +23,8 @@ from agentfly_train.rollout import (
     row_images,
     summarize,
     training_rows,
-    trajectory_record,
 )
+from agentfly_train.samples import write_samples
 from agentfly_train.sharding import engine_weights, unsharded
 
 
@@ -142,7 +142,8 @@ class RolloutMixin:
 
     def _save_train_samples(self, trajectories: Sequence[Trajectory]) -> None:
         """Appends up to ``log_train_generations`` episodes of the coming step to ``train_samples/step_<N>.jsonl``
-        (the file is started afresh by the step's first rollout, so a resumed run does not duplicate lines)."""
+        (the file is started afresh by the step's first rollout, so a resumed run does not duplicate lines), their
+        screenshots as PNG files (:func:`~agentfly_train.samples.write_samples`)."""
         if not self.log_train_generations or not self.accelerator.is_main_process:
             return
         step = self.state.global_step + 1
@@ -150,10 +151,7 @@ class RolloutMixin:
         written = self._train_samples_written if self._train_samples_step == step else 0
         self._train_samples_step = step
         kept = trajectories[: max(self.log_train_generations - written, 0)]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a" if written else "w") as file:
-            for trajectory in kept:
-                file.write(json.dumps(trajectory_record(trajectory)) + "\n")
+        write_samples(path, kept, append=bool(written))
         self._train_samples_written = written + len(kept)
 
     def validate(self) -> dict[str, float]:
@@ -176,10 +174,7 @@ class RolloutMixin:
         stats.update(self._remote_failures())
         if self.accelerator.is_main_process and self.log_val_generations:
             path = Path(self.args.output_dir) / "val_samples" / f"step_{self.state.global_step:06d}.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("w") as file:
-                for trajectory in trajectories[: self.log_val_generations]:
-                    file.write(json.dumps(trajectory_record(trajectory)) + "\n")
+            write_samples(path, trajectories[: self.log_val_generations])
         return {f"val/{name}": value for name, value in stats.items()}
 
     def record_metrics(self, metrics: Mapping[str, float]) -> None:
