@@ -1,5 +1,5 @@
-"""Saved episodes: the lines of ``train_samples/`` and ``val_samples/``, with the screenshots their messages hold
-written as PNG files beside them."""
+"""Saved episodes: the lines of ``train_samples/``, ``val_samples/`` and ``eval.jsonl``, with the screenshots their
+messages hold written as PNG files beside them."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ IMAGE_DIR = "images"
 """Where a sample file's screenshots go, in its directory (``train_samples/images/<digest>.png``)."""
 
 
-def write_samples(path: Path, trajectories: Sequence[Trajectory], append: bool = False) -> None:
+def write_samples(path: Path, trajectories: Sequence[Trajectory], append: bool = False) -> list[dict[str, Any]]:
     """Writes one :func:`~agentfly_train.rollout.trajectory_record` line per episode to ``path`` (appended to it with
-    ``append``).
+    ``append``) and returns the records written.
 
     An image part of a message is written ``{"type": "image", "size": [w, h], "file": "images/<digest>.png"}``, the
     file relative to ``path``'s directory and saved before the line that names it. Files are named by a digest of
@@ -29,9 +29,10 @@ def write_samples(path: Path, trajectories: Sequence[Trajectory], append: bool =
     stored once.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps(_record(trajectory, path.parent)) + "\n" for trajectory in trajectories]
+    records = [_record(trajectory, path.parent) for trajectory in trajectories]
     with path.open("a" if append else "w") as file:
-        file.writelines(lines)
+        file.writelines(json.dumps(record) + "\n" for record in records)
+    return records
 
 
 def _record(trajectory: Trajectory, directory: Path) -> dict[str, Any]:
