@@ -99,9 +99,10 @@ class AgentConfig:
         imports: The user's modules (dotted names) or ``.py`` files, imported before the configuration is checked
             (and on every process that builds envs): what they register (tools, rewards, parsers, env ids,
             estimators, backends) can then be named by the other keys.
-        max_images: Images (screenshots) in an episode's context, prompt and observations together; an observation's
-            image beyond it is replaced by a one-line text placeholder before it is tokenised, so the sequence the
-            policy sampled from is the one trained (earlier images stay in the context). ``null``: no cap.
+        max_images: Images (screenshots) in an episode's context, prompt and observations together: the newest are
+            kept, and each older one is replaced by a line of text, so the policy always sees the latest screens;
+            each turn is then trained as its own sample in the context it was sampled in (as with
+            ``past_reasoning=drop``). ``null``: no cap (the context keeps every screenshot).
         image_max_pixels: Largest image the policy sees, in pixels (width x height): the image processor scales a
             larger screenshot down (aspect kept, sides in multiples of its patch size) for rollouts and the loss
             alike; ``null``: the processor's own limit.
@@ -130,6 +131,12 @@ class AgentConfig:
     def sees_images(self) -> bool:
         """Whether the env's observations hold images (``env_kwargs.obs=screenshot``): a vision-language policy."""
         return self.env_kwargs.get("obs") == "screenshot"
+
+    @property
+    def trains_turn_rows(self) -> bool:
+        """Whether the rollout rewrites an episode's context between turns (past reasoning dropped, or screenshots
+        beyond ``max_images``), so that each turn is trained as its own sample."""
+        return self.past_reasoning == "drop" or (self.sees_images and self.max_images is not None)
 
     @property
     def turns(self) -> int:
@@ -1185,10 +1192,10 @@ def _validate_images(config: TrainConfig, trains_critic: bool) -> None:
     """What a vision-language run cannot combine: the passes that run the model without its images."""
     if not config.agent.sees_images:
         return
-    if config.agent.past_reasoning == "drop":
+    if config.async_training.enable:
         raise ConfigError(
-            "agent.past_reasoning=drop trains each turn as its own row, which does not carry the screenshots yet "
-            "(agent.env_kwargs.obs=screenshot); set agent.past_reasoning=keep"
+            "async_training.enable: the episode stream does not pass the screenshots (agent.env_kwargs.obs=screenshot) "
+            "to the generator yet; set async_training.enable=false"
         )
     if config.sft.enable:
         raise ConfigError(
@@ -1247,10 +1254,11 @@ def _validate_algorithm(config: TrainConfig) -> None:
             f"algorithm.adv_estimator={algorithm.adv_estimator} compares the responses to one prompt: set "
             f"agent.num_chains >= 2, or use an estimator that needs no group ({alone})"
         )
-    if config.agent.past_reasoning == "drop" and (not estimator.compares_responses or algorithm.use_kl_in_reward):
+    if config.agent.trains_turn_rows and (not estimator.compares_responses or algorithm.use_kl_in_reward):
         whole = ", ".join(name for name, other in ADVANTAGE_ESTIMATORS.items() if other.compares_responses)
+        setting = "agent.past_reasoning=drop" if config.agent.past_reasoning == "drop" else "agent.max_images"
         raise ConfigError(
-            "agent.past_reasoning=drop trains each turn as its own sample with its episode's advantage, which needs "
+            f"{setting} trains each turn as its own sample with its episode's advantage, which needs "
             f"an estimator of whole responses ({whole}) and algorithm.use_kl_in_reward=false; got "
             f"adv_estimator={algorithm.adv_estimator}, use_kl_in_reward={algorithm.use_kl_in_reward}"
         )

@@ -194,7 +194,7 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     from agentfly_train.build import agent_rollout, env_kwargs, has_validation, make_codec, make_env, val_rows
     from agentfly_train.generation import GENERATION_BACKENDS, Policy, build_backend
     from agentfly_train.models import add_stop_tokens, load_policy, training_device
-    from agentfly_train.rollout import trajectory_record
+    from agentfly_train.samples import write_samples
     from agentfly_train.sharding import engine_weights
 
     if not has_validation(config):
@@ -220,10 +220,8 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     finally:
         agent.close()
         backend.close()
-    records = [trajectory_record(t) for t in trajectories]
     path = Path(config.trainer.default_local_dir) / "eval.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    records = write_samples(path, trajectories)
     outcomes = [
         [(t.correct, t.reward) for t in trajectories[start : start + samples]]
         for start in range(0, len(trajectories), samples)

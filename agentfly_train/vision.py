@@ -7,10 +7,11 @@ how many tokens the image fills (its patch grid, merged), and :meth:`ImageInputs
 many times, as the model's processor does. Those tokens belong to observations and prompts (``env_mask = 0``): the
 model is never trained to write them.
 
-Images per episode are capped (``agent.max_images``) where the observation arrives: an image beyond the cap is
-replaced by :data:`IMAGE_PLACEHOLDER` text before the observation is tokenised, so the tokens the policy sampled
-after it and the tokens trained are the same sequence. Earlier images stay: dropping one from the context later
-would change the prefix the earlier turns were sampled on.
+Images per episode are capped (``agent.max_images``): when an observation brings the episode's context past the cap,
+the oldest images in it are replaced by :data:`IMAGE_PLACEHOLDER` text (:meth:`ImageInputs.drop_oldest`), so the
+policy always sees the newest screenshots. The context is then no longer the episode's growing sequence, so each
+turn is trained as its own row, in the context (tokens and images) it was sampled in
+(:func:`~agentfly_train.rollout.training_rows`).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-IMAGE_PLACEHOLDER = "[screenshot not shown: agent.max_images reached]"
-"""The text that stands for an image beyond ``agent.max_images`` in an observation."""
+IMAGE_PLACEHOLDER = "[earlier screenshot dropped: agent.max_images]"
+"""The text that stands, in an episode's context, for a screenshot older than the newest ``agent.max_images``."""
 
 
 def message_images(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
@@ -37,35 +38,6 @@ def message_images(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
     ]
 
 
-def cap_images(messages: Sequence[Mapping[str, Any]], room: int | None) -> list[Mapping[str, Any]]:
-    """``messages`` with the image parts after the first ``room`` replaced by :data:`IMAGE_PLACEHOLDER` text parts
-    (``None``: no cap); messages without an image beyond the cap are returned as they are.
-
-    Example:
-        >>> shown = cap_images([{"role": "tool", "content": [{"type": "image", "image": 1}, {"type": "text",
-        ...                      "text": "Clicked."}]}], room=0)
-        >>> shown[0]["content"][0]["text"]
-        '[screenshot not shown: agent.max_images reached]'
-    """
-    if room is None:
-        return list(messages)
-    out: list[Mapping[str, Any]] = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str | None):
-            out.append(message)
-            continue
-        parts = []
-        for part in content:
-            if part.get("type") == "image":
-                if room <= 0:
-                    part = {"type": "text", "text": IMAGE_PLACEHOLDER}
-                room -= 1
-            parts.append(part)
-        out.append({**message, "content": parts})
-    return out
-
-
 @dataclass(frozen=True)
 class ImageInputs:
     """What a vision-language policy's images become: placeholder tokens in the sequence and pixel inputs.
@@ -73,22 +45,36 @@ class ImageInputs:
     Attributes:
         image_processor: The model's image processor (Qwen2-VL's: ``merge_size``, patches with ``image_grid_thw``).
         image_token_id: The token the chat template writes for an image, repeated once per merged patch.
+        marker_ids: The tokens the chat template writes right before and after an image's tokens
+            (``<|vision_start|>``, ``<|vision_end|>``), or ``None``: they go with the image when it is dropped.
     """
 
     image_processor: Any
     image_token_id: int
+    marker_ids: tuple[int | None, int | None] = (None, None)
 
     @classmethod
-    def from_tokenizer(cls, image_processor: Any, tokenizer: Any, image_token: str = "<|image_pad|>") -> ImageInputs:
-        """Inputs whose image token is the tokenizer's ``image_token``.
+    def from_tokenizer(
+        cls,
+        image_processor: Any,
+        tokenizer: Any,
+        image_token: str = "<|image_pad|>",
+        markers: tuple[str, str] = ("<|vision_start|>", "<|vision_end|>"),
+    ) -> ImageInputs:
+        """Inputs whose image token is the tokenizer's ``image_token``, between its ``markers`` (those it has).
 
         Raises:
-            ValueError: the tokenizer has no such token.
+            ValueError: the tokenizer has no such image token.
         """
-        token_id = tokenizer.convert_tokens_to_ids(image_token)
-        if token_id is None or token_id == tokenizer.unk_token_id:
+
+        def token_id(token: str) -> int | None:
+            found = tokenizer.convert_tokens_to_ids(token)
+            return None if found is None or found == tokenizer.unk_token_id else found
+
+        image = token_id(image_token)
+        if image is None:
             raise ValueError(f"the tokenizer has no image token {image_token!r}")
-        return cls(image_processor, token_id)
+        return cls(image_processor, image, (token_id(markers[0]), token_id(markers[1])))
 
     def tokens_per_image(self, image: Any) -> int:
         """Placeholder tokens ``image`` (a PIL image) fills: its patches at the size the processor resizes it to,
@@ -110,6 +96,56 @@ class ImageInputs:
         for token in ids:
             out.extend([token] * self.tokens_per_image(next(pending)) if token == self.image_token_id else [token])
         return out
+
+    def spans(self, ids: Sequence[int], images: Sequence[Any]) -> list[tuple[int, int]]:
+        """Per image of ``images`` (those of ``ids``, in order), where its tokens are in ``ids``: ``(start, end)``
+        around its run of placeholder tokens and the markers right before and after it.
+
+        Example:
+            >>> from PIL import Image
+            >>> class OnePatchPerPixel:  # an image fills width x height tokens
+            ...     merge_size = 1
+            ...     def get_number_of_image_patches(self, height, width): return height * width
+            >>> inputs = ImageInputs(OnePatchPerPixel(), image_token_id=9, marker_ids=(7, 8))
+            >>> shots = [Image.new("RGB", (2, 1)), Image.new("RGB", (1, 1))]
+            >>> inputs.spans([1, 7, 9, 9, 8, 2, 7, 9, 8], shots)
+            [(1, 5), (6, 9)]
+        """
+        before, after = self.marker_ids
+        spans, position = [], 0
+        for image in images:
+            start = list(ids).index(self.image_token_id, position)
+            end = start + self.tokens_per_image(image)
+            start -= int(before is not None and start > 0 and ids[start - 1] == before)
+            end += int(after is not None and end < len(ids) and ids[end] == after)
+            spans.append((start, end))
+            position = end
+        return spans
+
+    def drop_oldest(
+        self, ids: Sequence[int], images: Sequence[Any], keep: int, placeholder_ids: Sequence[int]
+    ) -> tuple[list[int], list[Any]]:
+        """``ids`` with the tokens of each image but the newest ``keep`` (:meth:`spans`) replaced by
+        ``placeholder_ids`` (:data:`IMAGE_PLACEHOLDER`'s tokens), and the images left.
+
+        Example:
+            >>> from PIL import Image
+            >>> class OnePatchPerPixel:  # an image fills width x height tokens
+            ...     merge_size = 1
+            ...     def get_number_of_image_patches(self, height, width): return height * width
+            >>> inputs = ImageInputs(OnePatchPerPixel(), image_token_id=9, marker_ids=(7, 8))
+            >>> shots = [Image.new("RGB", (2, 1)), Image.new("RGB", (1, 1))]
+            >>> ids, kept = inputs.drop_oldest([1, 7, 9, 9, 8, 2, 7, 9, 8], shots, keep=1, placeholder_ids=[5])
+            >>> ids, kept == shots[1:]
+            ([1, 5, 2, 7, 9, 8], True)
+        """
+        dropped = max(len(images) - keep, 0)
+        out: list[int] = []
+        position = 0
+        for start, end in self.spans(ids, images)[:dropped]:
+            out += [*ids[position:start], *placeholder_ids]
+            position = end
+        return [*out, *ids[position:]], list(images[dropped:])
 
     def pixel_inputs(self, images: Sequence[Sequence[Any]], device: Any = "cpu") -> dict[str, Any]:
         """The model inputs of each sequence's images, for a batch (TRL's ragged layout).

@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentfly_envs.expressions import parse_expression
 from agentfly_envs.parsers.base import PARSERS, Parser, ParseResult, ToolCall, tool_lines
 from agentfly_envs.parsers.text import HermesParser
 
@@ -87,7 +88,7 @@ def _read_action(expression: str, position: int) -> ToolCall | str | None:
     try:
         if len(expression) > MAX_ACTION_CHARS or _nesting(expression) > MAX_NESTING:
             raise ValueError  # CPython's parser fails for good after a RecursionError, so deep input never gets there
-        call = ast.parse(expression.strip(), mode="eval").body
+        call = parse_expression(expression.strip()).body
         if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
             raise ValueError
         arguments = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
@@ -169,7 +170,7 @@ class GuiParser(Parser):
 
 
 def _finished_content(expression: str) -> str:
-    call = ast.parse(expression.strip(), mode="eval").body
+    call = parse_expression(expression.strip()).body
     values = [ast.literal_eval(keyword.value) for keyword in call.keywords if keyword.arg in ("content", "status")]
     return str(values[0]) if values else ""
 

@@ -12,6 +12,7 @@ import math
 import operator
 from collections.abc import Callable
 
+from agentfly_envs.expressions import parse_expression
 from agentfly_envs.tools.base import ToolError, register_tool
 
 MAX_EXPRESSION_CHARS = 1000
@@ -157,8 +158,8 @@ def evaluate(expression: str) -> int | float:
     if "=" in text:
         raise ToolError("give an expression to evaluate, not an equation (no '=')")
     try:
-        tree = ast.parse(text, mode="eval")
-    except (RecursionError, SystemError):  # CPython 3.11's parser may report deep nesting as a SystemError
+        tree = parse_expression(text)
+    except (RecursionError, SystemError):
         raise ToolError(f"expression is nested too deeply to parse (limit {MAX_DEPTH})") from None
     except (SyntaxError, ValueError, MemoryError) as e:
         hint = "; '%' is modulo, write 50/100 for 50 percent" if "%" in text else ""

@@ -3,6 +3,7 @@ inlined, so it opens from disk with no network."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
@@ -16,6 +17,8 @@ from agentfly_train.report.run_data import RunData, load_run
 
 REPORT_FILE = "report.html"
 """The report's name in the run directory."""
+INLINE_IMAGE_BYTES = 64 * 2**20
+"""The most PNG bytes of screenshots the page holds (inline, as data URIs), newest steps first."""
 
 
 def _asset(name: str) -> str:
@@ -48,10 +51,28 @@ def _summary(data: RunData) -> dict[str, Any]:
     return {name: value for name, value in facts.items() if value is not None}
 
 
-def render(data: RunData) -> str:
-    """The HTML page for a loaded run."""
+def _image_sources(data: RunData, budget: int) -> tuple[dict[str, str], list[str]]:
+    """``data:`` URIs of the run's screenshots, newest step first, until their PNG bytes would pass ``budget``; and a
+    sentence saying how many older ones were left out and where they are, if any were."""
+    sources: dict[str, str] = {}
+    used = 0
+    for name, path in data.images.items():
+        png = path.read_bytes()
+        used += len(png)
+        if used > budget:
+            return sources, [
+                f"screenshots left out of this page: {len(data.images) - len(sources)} (older ones; it holds "
+                f"{budget:,} bytes of them, newest steps first); their PNG files are in the run directory, e.g. {name}"
+            ]
+        sources[name] = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return sources, []
+
+
+def render(data: RunData, image_bytes: int = INLINE_IMAGE_BYTES) -> str:
+    """The HTML page for a loaded run, with up to ``image_bytes`` of its screenshots inline."""
     from plotly.offline import get_plotlyjs
 
+    images, left_out = _image_sources(data, image_bytes)
     payload = {
         "run_dir": str(data.run_dir),
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -59,7 +80,8 @@ def render(data: RunData) -> str:
         "groups": chart_data(data.metrics),
         "pass_at_k": data.pass_at_k,
         "samples": {split: {str(step): rows for step, rows in steps.items()} for split, steps in data.samples.items()},
-        "problems": data.problems,
+        "images": images,
+        "problems": [*data.problems, *left_out],
     }
     title = f"agentfly run: {html.escape(data.run_dir.name or str(data.run_dir))}"
     return (

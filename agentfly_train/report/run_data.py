@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 SAMPLE_DIRS = {"val": "val_samples", "train": "train_samples"}
@@ -29,6 +30,9 @@ class RunData:
         result: ``result.json``, if readable.
         pass_at_k: ``eval_pass_at_k.json`` (what ``python -m agentfly_train eval`` writes: ``env``, ``k``,
             ``confidence``, ``overall`` and per-task ``tasks``), if present and well formed.
+        images: The saved screenshots the episodes show, newest step first: name -> PNG file. An episode's image
+            part names its file in ``file``, relative to the run directory once loaded
+            (``train_samples/images/<digest>.png``; the sample line has it relative to its own directory).
         problems: One sentence per thing missing or unreadable.
     """
 
@@ -38,6 +42,7 @@ class RunData:
     config: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] = field(default_factory=dict)
     pass_at_k: dict[str, Any] = field(default_factory=dict)
+    images: dict[str, Path] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
 
@@ -111,6 +116,39 @@ def _samples(run_dir: Path, split: str, problems: list[str]) -> dict[int, list[d
     return dict(sorted(steps.items()))
 
 
+def _image_parts(episode: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The image parts of an episode's messages that name a file."""
+    for message in episode.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and isinstance(part.get("file"), str):
+                yield part
+
+
+def _images(run_dir: Path, samples: dict[str, dict[int, list[dict[str, Any]]]], problems: list[str]) -> dict[str, Path]:
+    """The PNG files the episodes' image parts name, newest step first; each part's ``file`` is made relative to the
+    run directory. A name outside its sample directory, not a PNG, or naming no file is dropped from its part."""
+    images: dict[str, Path] = {}
+    missing = 0
+    for split, steps in samples.items():
+        for step in sorted(steps, reverse=True):
+            for part in (part for episode in steps[step] for part in _image_parts(episode)):
+                name = PurePosixPath(part["file"])
+                path = run_dir / SAMPLE_DIRS[split] / name
+                if name.is_absolute() or ".." in name.parts or name.suffix != ".png" or not path.is_file():
+                    del part["file"]
+                    missing += 1
+                    continue
+                part["file"] = f"{SAMPLE_DIRS[split]}/{name}"
+                images.setdefault(part["file"], path)
+    if missing:
+        problems.append(
+            f"{missing} screenshots named by the saved episodes are missing or not PNG files in their sample "
+            "directory; not shown"
+        )
+    return images
+
+
 def _pass_at_k(run_dir: Path, problems: list[str]) -> dict[str, Any]:
     from agentfly_train.evaluate import KSCORES_FILE
 
@@ -133,6 +171,7 @@ def load_run(run_dir: str | Path) -> RunData:
     data.result = _read_json(run_dir / "result.json", data.problems)
     data.pass_at_k = _pass_at_k(run_dir, data.problems)
     data.samples = {split: _samples(run_dir, split, data.problems) for split in SAMPLE_DIRS}
+    data.images = _images(run_dir, data.samples, data.problems)
     if not data.samples["val"]:
         data.problems.append(
             "no validation episodes (val_samples/): validation is off (data.val_size=0, trainer.test_freq=-1 "

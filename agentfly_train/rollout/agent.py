@@ -38,6 +38,14 @@ class AgentRollout:
     executor: ThreadPoolExecutor
     async_episodes: bool = False
 
+    @property
+    def turn_rows(self) -> int | None:
+        """Rows per episode when each turn trains in its own context (the turn budget), or ``None`` for one row per
+        episode: the context is rewritten between turns when the codec drops past reasoning or when screenshots
+        beyond ``budgets.max_images`` are dropped (:func:`~agentfly_train.rollout.training_rows`)."""
+        drops_images = self.codec.images is not None and self.budgets.max_images is not None
+        return self.budgets.max_turns if self.codec.drops_reasoning or drops_images else None
+
     def run(
         self,
         backend: GenerationBackend,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentfly_envs.parsers import Action, parse_message
-from agentfly_train.vision import ImageInputs, message_images
+from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs, message_images
 
 _PROBE_USER = {"role": "user", "content": "x"}
 _PROBE_CALL = {"type": "function", "function": {"name": "probe", "arguments": {}}}
@@ -122,6 +122,16 @@ class ChatCodec:
             length += len(pieces[cut])
             cut += 1
         return list(token_ids[cut:])
+
+    def drop_oldest_images(
+        self, ids: Sequence[int], images: Sequence[Any], keep: int | None
+    ) -> tuple[list[int], list[Any]]:
+        """A context's ``ids`` and ``images`` with all but the newest ``keep`` images replaced by the tokens of
+        :data:`~agentfly_train.vision.IMAGE_PLACEHOLDER` (:meth:`ImageInputs.drop_oldest`); unchanged when they are
+        within ``keep`` (``None``: no cap) or the codec has no images."""
+        if keep is None or self.images is None or len(images) <= keep:
+            return list(ids), list(images)
+        return self.images.drop_oldest(ids, images, keep, self.encode(IMAGE_PLACEHOLDER))
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
         """The template's text for ``messages`` (tool results moved into user turns where the template wants)."""

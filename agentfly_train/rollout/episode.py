@@ -2,9 +2,10 @@
 
 The completion of an episode is the concatenation of sampled tokens (``env_mask = 1``, trained) and
 observation tokens (``env_mask = 0``, never trained); the sampled tokens are never re-tokenised. Each turn is
-sampled after the episode's context: the prompt and the completion so far, or, when the codec drops past reasoning
-(``agent.past_reasoning=drop``), the prompt and the completion without each earlier turn's reasoning tokens; the
-trainer then trains each turn in that context (:func:`training_rows`).
+sampled after the episode's context: the prompt and the completion so far, or that context rewritten: without each
+earlier turn's reasoning tokens when the codec drops past reasoning (``agent.past_reasoning=drop``), or with the
+screenshots older than the newest ``agent.max_images`` replaced by a line of text; the trainer then trains each turn
+in the context it was sampled in (:func:`training_rows`, :func:`row_images`).
 
 Budgets: ``max_tokens_per_turn`` new tokens per turn, ``response_length`` tokens per completion
 (sampled and observation tokens together), and ``max_turns`` assistant turns. An observation that would
@@ -25,7 +26,7 @@ from agentfly_envs.core import ERROR_KINDS
 from agentfly_envs.parsers import Action
 from agentfly_train.generation import Generation
 from agentfly_train.rollout.codec import ChatCodec, assistant_message
-from agentfly_train.vision import cap_images, message_images
+from agentfly_train.vision import message_images
 
 FINISH_REASONS = ("stop", "max_turns", "length")
 """``stop``: the env ended the episode (an answer); ``max_turns``: the turn budget ran out;
@@ -40,14 +41,31 @@ class RolloutBudgets:
         max_turns: Assistant turns.
         max_tokens_per_turn: New tokens per assistant turn.
         response_length: Tokens in the whole completion, sampled and observation tokens together.
-        max_images: Images in the episode's context (prompt and observations); an observation's image beyond it
-            is replaced by text (:func:`~agentfly_train.vision.cap_images`). ``None``: no cap.
+        max_images: Images in the episode's context (prompt and observations): the newest are kept, older ones
+            are replaced by text (:meth:`~agentfly_train.rollout.ChatCodec.drop_oldest_images`). ``None``: no cap.
     """
 
     max_turns: int
     max_tokens_per_turn: int
     response_length: int
     max_images: int | None = None
+
+
+@dataclass(frozen=True)
+class TurnSpan:
+    """An assistant turn of an episode.
+
+    Attributes:
+        context: The token ids it was sampled after.
+        images: The images of ``context``, in order.
+        start: Where its sampled tokens start in the episode's ``completion_ids``.
+        end: Where they end.
+    """
+
+    context: list[int]
+    images: list[Any]
+    start: int
+    end: int
 
 
 @dataclass
@@ -75,12 +93,12 @@ class Trajectory:
         versions: Per completion token, the policy version that sampled it (-1 on ``env_mask = 0`` tokens); a turn
             carries the version its request was submitted under (off-policy training,
             :mod:`~agentfly_train.rollout.stream`; 0 throughout otherwise).
-        images: The images of the prompt and the observations, in the order of their placeholder tokens (PIL
-            images; a vision-language policy's episode).
+        images: The images of ``context_ids``, in the order of their placeholder tokens (PIL images; a
+            vision-language policy's episode).
         context_ids: What the next turn is sampled after: ``prompt_ids + completion_ids``, or that without earlier
-            turns' reasoning when the codec drops it (:meth:`~agentfly_train.rollout.ChatCodec.kept_ids`).
-        turn_spans: Per assistant turn, ``(context, start, end)``: the length of ``context_ids`` it was sampled
-            after, and where its sampled tokens are in ``completion_ids``.
+            turns' reasoning when the codec drops it (:meth:`~agentfly_train.rollout.ChatCodec.kept_ids`) and with
+            screenshots beyond ``max_images`` dropped (:meth:`~agentfly_train.rollout.ChatCodec.drop_oldest_images`).
+        turn_spans: Per assistant turn, the context it was sampled in and where its tokens are in the completion.
     """
 
     prompt_ids: list[int]
@@ -101,7 +119,7 @@ class Trajectory:
     reward_error: str | None = None
     versions: list[int] = field(default_factory=list)
     context_ids: list[int] = field(default_factory=list)
-    turn_spans: list[tuple[int, int, int]] = field(default_factory=list)
+    turn_spans: list[TurnSpan] = field(default_factory=list)
 
     images: list[Any] = field(default_factory=list)
 
@@ -157,13 +175,13 @@ def step_env(env: gym.Env, text: Action) -> StepResult:
 
 
 def start_episode(env: gym.Env, task: Mapping[str, Any], codec: ChatCodec, max_images: int | None = None) -> Trajectory:
-    """Resets ``env`` into ``task`` and returns the episode's trajectory, holding the prompt (with at most
+    """Resets ``env`` into ``task`` and returns the episode's trajectory, holding the prompt (with its newest
     ``max_images`` images, :attr:`RolloutBudgets.max_images`)."""
     start = time.perf_counter()
     _, info = env.reset(options={"task": dict(task)})
-    messages = cap_images(info["messages"], max_images)
-    trajectory = Trajectory(prompt_ids=codec.prompt_ids(messages), messages=messages)
-    trajectory.images = message_images(messages)
+    messages = list(info["messages"])
+    prompt, images = codec.drop_oldest_images(codec.prompt_ids(messages), message_images(messages), max_images)
+    trajectory = Trajectory(prompt_ids=prompt, messages=messages, images=images)
     trajectory.env_seconds = time.perf_counter() - start
     return trajectory
 
@@ -211,7 +229,8 @@ def record_turn(
     """
     start = len(trajectory.completion_ids)
     trajectory.extend(generation.token_ids, trained=True, logprobs=generation.logprobs, version=version)
-    trajectory.turn_spans.append((len(trajectory.context_ids), start, len(trajectory.completion_ids)))
+    span = TurnSpan(list(trajectory.context_ids), list(trajectory.images), start, len(trajectory.completion_ids))
+    trajectory.turn_spans.append(span)
     trajectory.context_ids += codec.kept_ids(generation.token_ids)
     trajectory.messages.append(assistant_message(text))
     trajectory.num_turns += 1
@@ -230,16 +249,16 @@ def record_turn(
     if terminated or truncated:
         finish(trajectory, env, "stop" if terminated else "max_turns", reward, info)
         return False
-    room = None if budgets.max_images is None else budgets.max_images - len(trajectory.images)
-    messages = cap_images(info["messages"], room)
+    messages = info["messages"]
     observation = codec.observation_ids(messages, closed_turn=generation.stopped, action=text)
     if len(trajectory.completion_ids) + len(observation) >= budgets.response_length:
         finish(trajectory, env, "length")
         return False
     trajectory.extend(observation, trained=False)
-    trajectory.context_ids += observation
     trajectory.messages.extend(messages)
-    trajectory.images.extend(message_images(messages))
+    trajectory.context_ids, trajectory.images = codec.drop_oldest_images(
+        [*trajectory.context_ids, *observation], [*trajectory.images, *message_images(messages)], budgets.max_images
+    )
     return True
 
 
@@ -248,10 +267,10 @@ def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) 
 
     Args:
         trajectories: Finished episodes.
-        turns: ``None``: one row per episode, its prompt and whole completion (past reasoning kept). A number (the
-            turn budget; past reasoning dropped): that many rows per episode, one per turn, each the context the turn
-            was sampled after (``prompt_ids``) and its sampled tokens; a turn the episode did not take is a row of one
-            token with ``env_mask = 0`` (nothing trained).
+        turns: ``None``: one row per episode, its prompt and whole completion (its context never rewritten). A
+            number (the turn budget; past reasoning or old screenshots dropped): that many rows per episode, one per
+            turn, each the context the turn was sampled after (``prompt_ids``) and its sampled tokens; a turn the
+            episode did not take is a row of one token with ``env_mask = 0`` (nothing trained).
 
     Returns:
         ``prompt_ids``, ``completion_ids``, ``logprobs`` (sampling log-probs), ``env_mask`` and ``env_reward`` (the
@@ -273,11 +292,24 @@ def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) 
         if turns is None:
             add(t.prompt_ids, t.completion_ids, t.logprobs, t.env_mask, t.reward)
             continue
-        for context, start, end in t.turn_spans[:turns]:
-            add(t.context_ids[:context], t.completion_ids[start:end], t.logprobs[start:end], [1] * (end - start),
-                t.reward)  # fmt: skip
+        for span in t.turn_spans[:turns]:
+            start, end = span.start, span.end
+            add(span.context, t.completion_ids[start:end], t.logprobs[start:end], [1] * (end - start), t.reward)
         for _ in range(turns - len(t.turn_spans)):
             add(t.prompt_ids, (t.completion_ids or t.prompt_ids)[-1:], [0.0], [0], t.reward)
+    return rows
+
+
+def row_images(trajectories: Sequence[Trajectory], turns: int | None = None) -> list[list[Any]]:
+    """Per row of :func:`training_rows` (same ``turns``), the images its prompt and completion tokens hold, in order:
+    an episode's images, or a turn's context's (the first turn's for the rows of turns not taken)."""
+    rows: list[list[Any]] = []
+    for t in trajectories:
+        if turns is None:
+            rows.append(message_images(t.messages))
+            continue
+        spans = t.turn_spans[:turns]
+        rows += [span.images for span in spans] + [t.turn_spans[0].images] * (turns - len(spans))
     return rows
 
 

@@ -180,11 +180,11 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's method with our advantages: the output's ``advantages`` become (B, T), 0 on tool tokens. When each
-        turn trains in its own context (:attr:`turn_rows`), B counts turn rows: TRL is given each task row once per
-        turn row, and the rollout plays each task once."""
+        turn trains in its own context (:attr:`~agentfly_train.rollout.AgentRollout.turn_rows`), B counts turn rows:
+        TRL is given each task row once per turn row, and the rollout plays each task once."""
         self._batch_tasks = [json.loads(row["task"]) for row in inputs]
-        if self.turn_rows is not None:
-            inputs = [row for row in inputs for _ in range(self.turn_rows)]
+        if self.agent.turn_rows is not None:
+            inputs = [row for row in inputs for _ in range(self.agent.turn_rows)]
         try:
             output = super()._generate_and_score_completions(inputs)
             output.update(self._batch_pixels)  # TRL's layout: pixel_values, image_grid_thw, num_images
@@ -230,8 +230,8 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         """(B, T) advantages of this process's rows, computed over the batch gathered from all processes.
 
         With a critic, its values go into ``gae`` and it is then trained on the returns (in train mode). With turn
-        rows (:attr:`turn_rows`), the estimator scores the episodes (each as long as its sampled tokens) and each
-        turn row gets its episode's advantage.
+        rows (:attr:`~agentfly_train.rollout.AgentRollout.turn_rows`), the estimator scores the episodes (each as
+        long as its sampled tokens) and each turn row gets its episode's advantage.
         """
         mask = loss_mask(output)  # (B, T)
         batch, length = mask.shape
@@ -240,7 +240,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         values = None if self.critic is None else self.critic.values(input_ids, attention_mask, length)
         all_values = None if values is None else gather_rows(self.accelerator, values)
         all_mask = gather_rows(self.accelerator, mask)  # (B * processes, T_max)
-        turns = self.turn_rows
+        turns = self.agent.turn_rows
         scored_mask = all_mask if turns is None else episode_mask(all_mask, turns)  # (episodes, L) with turn rows
         rewards, metrics = self._token_rewards(output, scored_mask, mode)
         group_size = self.num_generations if mode == "train" else self.num_generations_eval

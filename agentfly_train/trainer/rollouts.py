@@ -20,10 +20,11 @@ from agentfly_train.generation import GenerationBackend
 from agentfly_train.rollout import (
     Trajectory,
     reward_error_notes,
+    row_images,
     summarize,
     training_rows,
-    trajectory_record,
 )
+from agentfly_train.samples import write_samples
 from agentfly_train.sharding import engine_weights, unsharded
 
 
@@ -94,7 +95,7 @@ class RolloutMixin:
             trajectories = self.schedule.run(self, self._batch_tasks, self.agent.val_params)
         self._batch_rewards = [t.reward for t in trajectories]
         if self.agent.codec.images is not None:
-            images = [t.images for t in trajectories]
+            images = row_images(trajectories, self.agent.turn_rows)
             self._batch_pixels = self.agent.codec.images.pixel_inputs(images, self.accelerator.device)
         if self.estimator.needs_greedy_baseline:
             self._batch_baselines = self._greedy_rewards(self._batch_tasks)
@@ -102,13 +103,7 @@ class RolloutMixin:
         self._record_rollout(mode, trajectories, time.perf_counter() - start)
         if mode == "train":
             self._save_train_samples(trajectories)
-        return training_rows(trajectories, self.turn_rows)
-
-    @property
-    def turn_rows(self) -> int | None:
-        """Rows per episode when each turn trains in its own context (past reasoning dropped: the turn budget), or
-        ``None`` for one row per episode."""
-        return self.agent.budgets.max_turns if self.agent.codec.drops_reasoning else None
+        return training_rows(trajectories, self.agent.turn_rows)
 
     def _greedy_rewards(self, tasks: Sequence[Mapping[str, Any]]) -> list[float]:
         """ReMax's baseline of each row: the reward of one greedy episode per distinct task."""
@@ -147,7 +142,8 @@ class RolloutMixin:
 
     def _save_train_samples(self, trajectories: Sequence[Trajectory]) -> None:
         """Appends up to ``log_train_generations`` episodes of the coming step to ``train_samples/step_<N>.jsonl``
-        (the file is started afresh by the step's first rollout, so a resumed run does not duplicate lines)."""
+        (the file is started afresh by the step's first rollout, so a resumed run does not duplicate lines), their
+        screenshots as PNG files (:func:`~agentfly_train.samples.write_samples`)."""
         if not self.log_train_generations or not self.accelerator.is_main_process:
             return
         step = self.state.global_step + 1
@@ -155,10 +151,7 @@ class RolloutMixin:
         written = self._train_samples_written if self._train_samples_step == step else 0
         self._train_samples_step = step
         kept = trajectories[: max(self.log_train_generations - written, 0)]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a" if written else "w") as file:
-            for trajectory in kept:
-                file.write(json.dumps(trajectory_record(trajectory)) + "\n")
+        write_samples(path, kept, append=bool(written))
         self._train_samples_written = written + len(kept)
 
     def validate(self) -> dict[str, float]:
@@ -181,10 +174,7 @@ class RolloutMixin:
         stats.update(self._remote_failures())
         if self.accelerator.is_main_process and self.log_val_generations:
             path = Path(self.args.output_dir) / "val_samples" / f"step_{self.state.global_step:06d}.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("w") as file:
-                for trajectory in trajectories[: self.log_val_generations]:
-                    file.write(json.dumps(trajectory_record(trajectory)) + "\n")
+            write_samples(path, trajectories[: self.log_val_generations])
         return {f"val/{name}": value for name, value in stats.items()}
 
     def record_metrics(self, metrics: Mapping[str, float]) -> None:

@@ -1,7 +1,9 @@
-"""Shared setup of the trainer tests: the small task set RL can learn, and warm-started tiny policies."""
+"""Shared setup of the trainer tests: the small task set RL can learn, warm-started tiny policies, and headless
+Chromium for the run report."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -129,3 +131,44 @@ def warm_policies(tmp_path_factory) -> Callable[..., Path]:
 def warm_policy(warm_policies) -> Path:
     """The tiny policy after :data:`WARM_START_STEPS` SFT steps on :data:`LEARNING_TASKS`."""
     return warm_policies(WARM_START_STEPS)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium driven by selenium, logging the page's console."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the [dev] extra)")
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("no chromium/chromedriver on PATH (Debian: apt-get install chromium chromium-driver)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1400,1800")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    yield driver
+    driver.quit()
+
+
+def open_page(driver, path: Path) -> None:
+    """Opens a local page and clears the browser's log of earlier pages."""
+    driver.get(path.resolve().as_uri())
+    driver.get_log("browser")
+
+
+def console_errors(driver) -> list[str]:
+    """The page's console errors since it was opened."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def select(driver, element_id: str, value: str) -> None:
+    """Picks ``value`` in the page's ``<select id=element_id>``."""
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("id", element_id)).select_by_value(value)

@@ -3,6 +3,7 @@ local Ray cluster: the same trajectories as local envs, a killed actor mid-rollo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +46,7 @@ def setup(ray_cluster, tiny_tokenizer):
 
 def episode(trajectory) -> dict:
     """Everything of a trajectory but its timing, with the random tool-call ids masked."""
-    fields = {k: v for k, v in vars(trajectory).items() if k != "env_seconds"}
+    fields = {k: v for k, v in dataclasses.asdict(trajectory).items() if k != "env_seconds"}
     return json.loads(re.sub(r"call_[0-9a-f]{12}", "call_ID", json.dumps(fields)))
 
 

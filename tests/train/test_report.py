@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,48 +14,12 @@ import pytest
 from agentfly_train.__main__ import main
 from agentfly_train.report import build_report, load_run
 from agentfly_train.report.charts import chart_data
-from tests.train.conftest import LEARNING_TASKS, run_cli
+from tests.train.conftest import LEARNING_TASKS, console_errors, open_page, run_cli, select
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 TRAIN_SAMPLES = 6
 
 
 # --- the browser ------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Headless Chromium driven by selenium, logging the page's console."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the [dev] extra)")
-    if not (CHROMIUM and CHROMEDRIVER):
-        pytest.skip("no chromium/chromedriver on PATH (Debian: apt-get install chromium chromium-driver)")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(argument)
-    options.add_argument("--window-size=1400,1800")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    yield driver
-    driver.quit()
-
-
-def open_page(driver, path: Path) -> None:
-    driver.get(path.resolve().as_uri())
-    driver.get_log("browser")  # (clears the log of earlier pages)
-
-
-def console_errors(driver) -> list[str]:
-    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
-
-
-def select(driver, element_id: str, value: str) -> None:
-    from selenium.webdriver.support.ui import Select
-
-    Select(driver.find_element("id", element_id)).select_by_value(value)
 
 
 def shown_episodes(driver) -> list:
@@ -215,8 +178,9 @@ def _sample(question: str, correct: bool, content: str = "The answer is \\boxed{
 
 
 def _broken_run(run_dir: Path) -> Path:
-    """metrics.jsonl and a validation file cut mid-line (a killed run), a NaN, a non-object line, and message
-    text that would end a <script> element if it were pasted into the page unescaped."""
+    """metrics.jsonl and a validation file cut mid-line (a killed run), a NaN, a non-object line, message text
+    that would end a <script> element if it were pasted into the page unescaped, and screenshots without a saved
+    file (a run from before they were saved) or naming one outside the sample directory."""
     metrics = [{"step": 0, "val/accuracy": 0.0}, {"step": 1, "reward/mean": 0.5, "accuracy": 0.5, "loss": float("nan")}]
     lines = [json.dumps(record) for record in metrics]
     (run_dir / "metrics.jsonl").write_text("\n".join([*lines, "[1, 2]", '{"step": 2, "rewa']))
@@ -224,6 +188,8 @@ def _broken_run(run_dir: Path) -> Path:
     failed = _sample("Q2", False, "<tool_call>{oops</tool_call>")
     failed["messages"].append({"role": "assistant", "content": "\n" * 500})
     failed["messages"].append({"role": "tool", "name": "error", "content": "Error: tool call 1 is not valid JSON"})
+    screens = [{"type": "image", "size": [160, 210]}, {"type": "image", "size": [8, 8], "file": "../../x.png"}]
+    failed["messages"].append({"role": "tool", "name": "click", "content": [*screens, {"type": "text", "text": "Ok."}]})
     failed["turn_calls"] = [[{"error": "tool call 1 is not valid JSON"}]]
     episodes = [_sample("What is </script><script>alert(1)</script>?", True), failed]
     text = "\n".join(json.dumps(e) for e in episodes) + '\n{"reward": Na'
@@ -244,6 +210,8 @@ def test_truncated_and_malformed_lines_are_skipped_and_named(tmp_path):
     )
     assert "val_samples/step_000001.jsonl line 3" in problems
     assert "config.json is not a JSON object" in problems
+    assert "1 screenshots named by the saved episodes are missing or not PNG files in their sample" in problems
+    assert data.images == {} and "file" not in data.samples["val"][1][1]["messages"][-1]["content"][1]
     assert "no training episodes" in problems and "no validation episodes" not in problems
     groups = {group["title"]: group for group in chart_data(data.metrics)}
     reward = groups["Reward and accuracy"]["charts"][0]
@@ -342,6 +310,7 @@ def test_empty_and_broken_runs_give_pages_that_say_what_is_missing(tmp_path, bro
     errors = shown_episodes(browser)[1].find_elements("css selector", ".msg.error, .call.error")
     assert [e.get_attribute("class") for e in errors] == ["call error", "msg role-tool error"]  # highlighted
     assert "(whitespace only: 500 characters" in shown_episodes(browser)[1].text
+    assert "[screenshot 160×210: not saved]\n[screenshot 8×8: not saved]\nOk." in shown_episodes(browser)[1].text
     assert len(browser.find_elements("css selector", ".chart .plot svg.main-svg")) >= 1
     assert len(shown_episodes(browser)) == 2
     assert "</script><script>alert(1)</script>" in shown_episodes(browser)[0].text  # shown as text, not run

@@ -151,7 +151,7 @@ def test_resume_skips_a_broken_checkpoint_cleans_leftovers_and_keeps_max_ckpt_to
 
 def test_ctrl_c_leaves_no_half_written_checkpoint_and_prints_how_to_resume(tmp_path):
     run_dir, log = tmp_path / "run", tmp_path / "stderr.txt"
-    command = _command(run_dir)
+    command = _command(run_dir, "trainer.total_training_steps=40")  # never done before the signal, however slow
     with log.open("w") as stderr:
         process = subprocess.Popen(
             command, cwd=REPO_ROOT, env={**os.environ, **OFFLINE}, stdout=subprocess.DEVNULL, stderr=stderr

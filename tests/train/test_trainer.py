@@ -318,7 +318,7 @@ def test_dropped_reasoning_trains_each_turn_as_a_row_with_its_episodes_advantage
     policy does not reason: its tool-call tag stands in for the end of a reasoning block.)"""
     trainer = _trainer(warm_policy, tmp_path)
     trainer.agent.codec.reasoning_end = "<tool_call>"
-    turns = trainer.turn_rows
+    turns = trainer.agent.turn_rows
     assert turns == 2  # LEARNING_TASKS' max_turns
     inputs = trainer._generate_and_score_completions(_generation_batch(trainer))  # before TRL shuffles the rows
     mask = loss_mask(inputs)  # (episodes * turns, T)

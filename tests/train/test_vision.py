@@ -1,12 +1,15 @@
 """Vision-language policies: screenshots in the rollout's tokens (placeholders, masks, the image cap), HF sampling with
-images against the trainer's forward (M-RoPE positions), the config errors, and a short CLI run on the tiny VLM."""
+images against the trainer's forward (M-RoPE positions), saved episodes' screenshots and the report, the config
+errors, and a short CLI run on the tiny VLM whose report shows them."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -17,11 +20,18 @@ from agentfly_envs.worlds.miniwob import require_miniwob
 from agentfly_train.chat_templates import chat_template
 from agentfly_train.config import ConfigError
 from agentfly_train.generation import Generation, HFGenerationBackend, Policy, SamplingParams
-from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts, trajectory_record
+from agentfly_train.rollout import (
+    ChatCodec,
+    RolloutBudgets,
+    row_images,
+    run_rollouts,
+    training_rows,
+    trajectory_record,
+)
 from agentfly_train.tiny_model import add_vision_tokens, build_vl_image_processor, build_vl_model
-from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs
+from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs, message_images
 from tests.conftest import readme_command, run_cli, runs_readme_command
-from tests.train.conftest import quickstart_config
+from tests.train.conftest import console_errors, open_page, quickstart_config, select
 
 ENV_ID = "agentfly/MiniWoB-ClickButton"
 SCROLL = "Thought: I look further down.\nAction: scroll(start_box='(80,100)', direction='down')"
@@ -88,14 +98,109 @@ def test_a_multi_turn_screenshot_episode_carries_each_turns_image_as_untrained_p
     assert '"size": [160, 210]' in record  # sample files write an image as its size
 
 
-def test_max_images_replaces_a_later_screenshot_by_text_before_it_is_tokenised(vision):
-    _, images, _, _ = vision
+def _image_parts(record: dict) -> list[dict]:
+    """The image parts of a saved episode's messages."""
+    parts = [
+        part for message in record["messages"] if isinstance(message["content"], list) for part in message["content"]
+    ]
+    return [part for part in parts if part["type"] == "image"]
+
+
+def _shown_screenshots(browser) -> list[list]:
+    """``[loaded, natural width, natural height]`` of each screenshot in the report's episode list."""
+    return browser.execute_script(
+        "return [...document.querySelectorAll('#episode-list img.shot')]"
+        ".map(img => [img.complete, img.naturalWidth, img.naturalHeight])"
+    )
+
+
+def test_saved_episodes_keep_each_screenshot_once_as_a_png_that_the_report_inlines(vision, tmp_path, browser):
+    """A sample line names each screenshot's PNG file (relative to the line's directory), holding the pixels the
+    policy saw; a screen that recurs (here: the scroll leaves the page as it was, and the episode is saved three
+    times) is one file. The report inlines the screenshots newest step first while its byte budget lasts, and says
+    where the others are; in headless Chromium the episode shows its screenshots. With ``AGENTFLY_REPORT_SHOTS=DIR``
+    it writes a picture of the episode there (``report_gui_episode.png``)."""
+    from PIL import Image, ImageOps
+
+    from agentfly_train.report import build_report, load_run, render
+    from agentfly_train.samples import write_samples
+
+    trajectory, _ = _episode(vision, max_images=None)
+    samples = tmp_path / "train_samples"
+    write_samples(samples / "step_000001.jsonl", [trajectory])
+    write_samples(samples / "step_000001.jsonl", [trajectory], append=True)
+    lines = [json.loads(line) for line in (samples / "step_000001.jsonl").read_text().splitlines()]
+    saved = _image_parts(lines[0])
+    shown = message_images(trajectory.messages)
+    assert len(lines) == 2 and _image_parts(lines[1]) == saved and len(saved) == len(shown) == 2
+    assert all(part["size"] == [160, 210] for part in saved) and saved[0]["file"] == saved[1]["file"]
+    for part, image in zip(saved, shown, strict=True):
+        with Image.open(samples / part["file"]) as png:
+            assert png.format == "PNG" and png.tobytes() == image.convert(png.mode).tobytes()
+    assert [path.name for path in (samples / "images").iterdir()] == [saved[0]["file"].removeprefix("images/")]
+
+    mirrored = copy.deepcopy(trajectory)  # a later step with another screen
+    for message in mirrored.messages:
+        for part in message["content"] if isinstance(message["content"], list) else []:
+            if part["type"] == "image":
+                part["image"] = ImageOps.mirror(part["image"])
+    write_samples(samples / "step_000002.jsonl", [mirrored])
+    newest = _image_parts(json.loads((samples / "step_000002.jsonl").read_text()))[0]["file"]
+    data = load_run(tmp_path)
+    names = [f"train_samples/{newest}", f"train_samples/{saved[0]['file']}"]
+    assert list(data.images) == names and all(data.images[name] == tmp_path / name for name in names)
+    assert data.samples["train"][1][0]["messages"][1]["content"][0]["file"] == names[1]
+
+    page = render(data, image_bytes=data.images[names[0]].stat().st_size)
+    payload = json.loads(page.split('id="run-data">', 1)[1].split("</script>", 1)[0])
+    assert list(payload["images"]) == names[:1] and payload["images"][names[0]].startswith("data:image/png;base64,")
+    assert "screenshots left out of this page: 1 (older ones; it holds " in " ".join(payload["problems"])
+
+    open_page(browser, build_report(tmp_path))
+    select(browser, "step-picker", "1")
+    assert _shown_screenshots(browser) == [[True, 160, 210]] * 4  # the two episodes' two screenshots, loaded
+    assert console_errors(browser) == []
+    if "AGENTFLY_REPORT_SHOTS" in os.environ:  # the picture in docs/gui-agents.md
+        folder = Path(os.environ["AGENTFLY_REPORT_SHOTS"])
+        folder.mkdir(parents=True, exist_ok=True)
+        episode = browser.find_element("css selector", "#episode-list article.episode")
+        episode.screenshot(str(folder / "report_gui_episode.png"))
+
+
+def test_max_images_drops_the_oldest_screenshot_and_each_turn_trains_in_the_context_it_was_sampled_in(vision):
+    """With ``max_images=1``, the observation's screenshot replaces the prompt's in the context: the second turn is
+    sampled with the new screenshot only, the old one's tokens (markers included) are the placeholder text's, and
+    each turn's training row is its own context with that context's images (the rows of turns not taken, the
+    prompt's)."""
+    tokenizer, images, _, _ = vision
     trajectory, policy = _episode(vision, max_images=1)
-    assert trajectory.reward == 1.0 and len(trajectory.images) == 1
-    assert images.image_token_id not in trajectory.completion_ids
-    observation = trajectory.messages[3]["content"]
-    assert observation[0] == {"type": "text", "text": IMAGE_PLACEHOLDER}
-    assert [len(given[0]) for given in policy.images] == [1, 1]
+    first, second = message_images(trajectory.messages)  # the record keeps every screenshot
+    assert trajectory.reward == 1.0 and trajectory.num_turns == 2
+    assert [given[0] for given in policy.images] == [[first], [second]]
+    assert trajectory.images == [second] and [span.images for span in trajectory.turn_spans] == [[first], [second]]
+    per_image = images.tokens_per_image(first)
+    later = trajectory.turn_spans[1].context
+    assert later.count(images.image_token_id) == per_image
+    assert tokenizer.decode(later, skip_special_tokens=False).count("<|vision_start|>") == 1
+    assert IMAGE_PLACEHOLDER in tokenizer.decode(later)
+    assert trajectory.context_ids[: len(later)] == later
+    assert trajectory.turn_spans[0].context == trajectory.prompt_ids  # sampled on the prompt as it was
+    rows = training_rows([trajectory], turns=3)
+    shots = row_images([trajectory], turns=3)
+    assert shots == [[first], [second], [first]]
+    for prompt, completion, mask, row_shots in zip(
+        rows["prompt_ids"], rows["completion_ids"], rows["env_mask"], shots, strict=True
+    ):
+        assert [*prompt, *completion].count(images.image_token_id) == per_image * len(row_shots)
+        assert images.image_token_id not in [token for token, m in zip(completion, mask, strict=True) if m]
+    assert rows["prompt_ids"][1] == later and rows["env_mask"][2] == [0]
+
+
+def test_an_episode_within_max_images_is_one_growing_sequence(vision):
+    """The same episode with room for both screenshots: the context is the prompt and the completion, unchanged."""
+    trajectory, _ = _episode(vision, max_images=2)
+    assert trajectory.context_ids == trajectory.prompt_ids + trajectory.completion_ids
+    assert trajectory.images == message_images(trajectory.messages) and len(trajectory.images) == 2
 
 
 def test_hf_sampling_with_images_scores_as_the_trainers_forward(vision):
@@ -158,7 +263,11 @@ def _screenshot_overrides(*extra: str) -> list[str]:
         ),
         (["agent.max_images=-1"], "agent.max_images must be >= 0"),
         (["sft.enable=true"], "the warm start does not yet pass the screenshots"),
-        (["agent.past_reasoning=drop"], "agent.past_reasoning=drop trains each turn as its own row"),
+        (["async_training.enable=true"], "the episode stream does not pass the screenshots"),
+        (
+            ["agent.max_images=1", "algorithm.adv_estimator=reinforce_plus_plus"],
+            "agent.max_images trains each turn as its own sample with its episode's advantage",
+        ),
     ],
 )
 def test_what_a_screenshot_run_cannot_combine_is_a_one_line_config_error(extra, message):
@@ -198,20 +307,21 @@ def test_the_shipped_qwen2_5_vl_template_writes_one_image_token_per_image(vision
 @pytest.mark.timeout(600)
 @runs_readme_command(
     "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-vl agent.env=agentfly/MiniWoB-ClickButton "
-    "agent.agent_type=gui agent.template=qwen2.5-vl 'agent.env_kwargs={obs: screenshot}' agent.max_images=2 "
+    "agent.agent_type=gui agent.template=qwen2.5-vl 'agent.env_kwargs={obs: screenshot}' agent.max_images=1 "
     "algorithm.adv_estimator=grpo agent.max_turns=2 agent.max_tokens_per_turn=32 agent.num_chains=2 "
     "data.train_batch_size=2 data.val_size=0 trainer.total_training_steps=2"
 )
-def test_two_training_steps_on_screenshots_through_the_cli(tmp_path, readme):
+def test_two_training_steps_on_screenshots_through_the_cli(tmp_path, readme, browser):
     """``agent_type=gui``, ``template=qwen2.5-vl`` and ``obs=screenshot`` on the tiny VLM: two optimiser steps whose
     loss ran the model on the batch's screenshots (a gradient flows), then ``final/`` is written with the image
-    processor."""
+    processor; the run's report, opened in headless Chromium, shows the saved training episodes' screenshots."""
     pytest.importorskip("miniwob")
     command = readme_command(
         readme,
         add=[
             "actor_rollout_ref.rollout.response_length=256",
             "actor_rollout_ref.model.tiny_hidden_size=64",
+            "trainer.log_train_generations=2",
             f"trainer.default_local_dir={tmp_path}",
         ],
     )
@@ -222,3 +332,11 @@ def test_two_training_steps_on_screenshots_through_the_cli(tmp_path, readme):
     assert len(steps) == 2 and all(step["grad_norm"] > 0 for step in steps)
     assert (tmp_path / "final" / "config.json").is_file()
     assert (tmp_path / "final" / "preprocessor_config.json").is_file()  # the image processor, for eval of final/
+
+    lines = (tmp_path / "train_samples" / "step_000002.jsonl").read_text().splitlines()
+    saved = [part["file"] for line in lines for part in _image_parts(json.loads(line))]
+    assert len(lines) == 2 and saved and all((tmp_path / "train_samples" / name).is_file() for name in saved)
+    open_page(browser, tmp_path / "report.html")  # on the last step's training episodes
+    assert _shown_screenshots(browser) == [[True, 160, 210]] * len(saved)  # every one, loaded
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0  # inline images
+    assert console_errors(browser) == []

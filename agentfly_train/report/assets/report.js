@@ -97,9 +97,16 @@ function stepsOf(split) {
   return Object.keys(DATA.samples[split] || {}).map(Number).sort((a, b) => a - b);
 }
 
+// A message's text: its content, or the text of its parts (a message with screenshots has a list of parts).
+function textOf(message) {
+  const content = message.content ?? "";
+  if (!Array.isArray(content)) return String(content);
+  return content.filter((part) => part && part.type === "text").map((part) => String(part.text ?? "")).join("\n");
+}
+
 function taskKey(episode) {
   const user = (episode.messages || []).find((message) => message.role === "user");
-  return user ? String(user.content) : "";
+  return user ? textOf(user) : "";
 }
 
 function setOptions(select, values, label, keepFirst) {
@@ -108,7 +115,7 @@ function setOptions(select, values, label, keepFirst) {
 }
 
 function isError(message) {
-  return message.role === "tool" && (message.name === "error" || /^\s*error\b/i.test(String(message.content)));
+  return message.role === "tool" && (message.name === "error" || /^\s*error\b/i.test(textOf(message)));
 }
 
 function renderCall(call) {
@@ -118,15 +125,29 @@ function renderCall(call) {
   return el("div", { class: "call" }, el("span", { class: "call-name" }, fn.name), `(${args})`);
 }
 
+function renderText(text) {
+  return text && !text.trim()
+    ? el("pre", { class: "muted" }, `(whitespace only: ${text.length} characters, ${JSON.stringify(text.slice(0, 12))}…)`)
+    : el("pre", {}, text);
+}
+
+// An image part: {type: "image", size: [w, h], file}, its PNG inline in DATA.images when the page holds it.
+function renderPart(part) {
+  if (part?.type === "text") return renderText(String(part.text ?? ""));
+  if (part?.type !== "image") return renderText(JSON.stringify(part));
+  const [width, height] = Array.isArray(part.size) ? part.size : [];
+  const src = part.file ? DATA.images[part.file] : undefined;
+  if (src) return el("img", { class: "shot", src, width, height, alt: `screenshot ${width}×${height}` });
+  const where = part.file ? `not in this page: ${part.file}` : "not saved";
+  return el("div", { class: "shot-missing muted" }, `[screenshot ${width ?? "?"}×${height ?? "?"}: ${where}]`);
+}
+
 function renderMessage(message, calls) {
   const role = message.role || "?";
   const name = role === "tool" && message.name ? ` · ${message.name}` : "";
   const classes = ["msg", `role-${role}`, isError(message) ? "error" : ""].join(" ").trim();
-  const text = String(message.content ?? "");
-  const body =
-    text && !text.trim()
-      ? el("pre", { class: "muted" }, `(whitespace only: ${text.length} characters, ${JSON.stringify(text.slice(0, 12))}…)`)
-      : el("pre", {}, text);
+  const content = message.content ?? "";
+  const body = Array.isArray(content) ? content.map(renderPart) : renderText(String(content));
   if (role === "system") {
     return el("details", { class: classes }, el("summary", {}, "system prompt"), body);
   }
@@ -179,7 +200,7 @@ function matches(episode) {
   if (controls.finish.value !== "all" && episode.finish_reason !== controls.finish.value) return false;
   const needle = controls.text.value.trim().toLowerCase();
   if (!needle) return true;
-  return (episode.messages || []).some((message) => String(message.content ?? "").toLowerCase().includes(needle));
+  return (episode.messages || []).some((message) => textOf(message).toLowerCase().includes(needle));
 }
 
 function renderEpisodes() {

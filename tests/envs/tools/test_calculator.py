@@ -102,3 +102,18 @@ def test_schema_is_derived_from_signature_and_docstring():
     assert function["parameters"]["required"] == ["expression"]
     assert function["parameters"]["properties"]["expression"]["type"] == "string"
     assert "(48 / 2) * 3" in function["parameters"]["properties"]["expression"]["description"]
+
+
+def test_calls_from_many_threads_at_once_read_every_expression_as_they_would_alone():
+    """A rollout steps its envs from threads: deeply nested and ordinary expressions parsed at the same time each
+    get their own answer (CPython 3.11's parser shares a recursion counter between threads:
+    :func:`agentfly_envs.expressions.parse_expression`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    calculator = get_tool("calculator")
+    expressions = ["-" * 999 + "1", "10**1000 * 10**1000 * 10**1000 * 10**1000 * 10**1000", "(2 + 3) * 4"] * 200
+    alone = {expression: calculator({"expression": expression}).content for expression in set(expressions)}
+    with ThreadPoolExecutor(8) as threads:
+        together = list(threads.map(lambda expression: calculator({"expression": expression}).content, expressions))
+    assert together == [alone[expression] for expression in expressions]
+    assert alone["(2 + 3) * 4"] == "20" and "too large" in alone[expressions[1]]
