@@ -99,18 +99,8 @@ class ImageInputs:
 
     def spans(self, ids: Sequence[int], images: Sequence[Any]) -> list[tuple[int, int]]:
         """Per image of ``images`` (those of ``ids``, in order), where its tokens are in ``ids``: ``(start, end)``
-        around its run of placeholder tokens and the markers right before and after it.
-
-        Example:
-            >>> from PIL import Image
-            >>> class OnePatchPerPixel:  # an image fills width x height tokens
-            ...     merge_size = 1
-            ...     def get_number_of_image_patches(self, height, width): return height * width
-            >>> inputs = ImageInputs(OnePatchPerPixel(), image_token_id=9, marker_ids=(7, 8))
-            >>> shots = [Image.new("RGB", (2, 1)), Image.new("RGB", (1, 1))]
-            >>> inputs.spans([1, 7, 9, 9, 8, 2, 7, 9, 8], shots)
-            [(1, 5), (6, 9)]
-        """
+        around its run of placeholder tokens and the markers right before and after it (example:
+        :meth:`drop_oldest`)."""
         before, after = self.marker_ids
         spans, position = [], 0
         for image in images:
@@ -135,6 +125,8 @@ class ImageInputs:
             ...     def get_number_of_image_patches(self, height, width): return height * width
             >>> inputs = ImageInputs(OnePatchPerPixel(), image_token_id=9, marker_ids=(7, 8))
             >>> shots = [Image.new("RGB", (2, 1)), Image.new("RGB", (1, 1))]
+            >>> inputs.spans([1, 7, 9, 9, 8, 2, 7, 9, 8], shots)
+            [(1, 5), (6, 9)]
             >>> ids, kept = inputs.drop_oldest([1, 7, 9, 9, 8, 2, 7, 9, 8], shots, keep=1, placeholder_ids=[5])
             >>> ids, kept == shots[1:]
             ([1, 5, 2, 7, 9, 8], True)
