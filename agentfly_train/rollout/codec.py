@@ -123,14 +123,12 @@ class ChatCodec:
             cut += 1
         return list(token_ids[cut:])
 
-    def drop_oldest_images(
-        self, ids: Sequence[int], images: Sequence[Any], keep: int | None
-    ) -> tuple[list[int], list[Any]]:
+    def drop_oldest_images(self, ids: list[int], images: list[Any], keep: int | None) -> tuple[list[int], list[Any]]:
         """A context's ``ids`` and ``images`` with all but the newest ``keep`` images replaced by the tokens of
-        :data:`~agentfly_train.vision.IMAGE_PLACEHOLDER` (:meth:`ImageInputs.drop_oldest`); unchanged when they are
-        within ``keep`` (``None``: no cap) or the codec has no images."""
+        :data:`~agentfly_train.vision.IMAGE_PLACEHOLDER` (:meth:`ImageInputs.drop_oldest`), as new lists; the same
+        lists when they are within ``keep`` (``None``: no cap) or the codec has no images."""
         if keep is None or self.images is None or len(images) <= keep:
-            return list(ids), list(images)
+            return ids, images
         return self.images.drop_oldest(ids, images, keep, self.encode(IMAGE_PLACEHOLDER))
 
     def render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:

@@ -56,16 +56,25 @@ class TurnSpan:
     """An assistant turn of an episode.
 
     Attributes:
-        context: The token ids it was sampled after.
-        images: The images of ``context``, in order.
+        context_ids: The episode's context list when the turn was sampled. Later turns only append to that list, or
+            replace it with a rewritten one (:meth:`~agentfly_train.rollout.ChatCodec.drop_oldest_images`), so its
+            first ``context_length`` ids stay what the turn was sampled after, and nothing is copied.
+        context_length: How many ids of ``context_ids`` the turn was sampled after.
+        images: The images of that context, in order.
         start: Where its sampled tokens start in the episode's ``completion_ids``.
         end: Where they end.
     """
 
-    context: list[int]
+    context_ids: list[int]
+    context_length: int
     images: list[Any]
     start: int
     end: int
+
+    @property
+    def context(self) -> list[int]:
+        """The token ids the turn was sampled after."""
+        return self.context_ids[: self.context_length]
 
 
 @dataclass
@@ -120,7 +129,6 @@ class Trajectory:
     versions: list[int] = field(default_factory=list)
     context_ids: list[int] = field(default_factory=list)
     turn_spans: list[TurnSpan] = field(default_factory=list)
-
     images: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -229,8 +237,8 @@ def record_turn(
     """
     start = len(trajectory.completion_ids)
     trajectory.extend(generation.token_ids, trained=True, logprobs=generation.logprobs, version=version)
-    span = TurnSpan(list(trajectory.context_ids), list(trajectory.images), start, len(trajectory.completion_ids))
-    trajectory.turn_spans.append(span)
+    context, images = trajectory.context_ids, list(trajectory.images)
+    trajectory.turn_spans.append(TurnSpan(context, len(context), images, start, len(trajectory.completion_ids)))
     trajectory.context_ids += codec.kept_ids(generation.token_ids)
     trajectory.messages.append(assistant_message(text))
     trajectory.num_turns += 1
@@ -256,8 +264,10 @@ def record_turn(
         return False
     trajectory.extend(observation, trained=False)
     trajectory.messages.extend(messages)
+    trajectory.context_ids += observation
+    trajectory.images += message_images(messages)
     trajectory.context_ids, trajectory.images = codec.drop_oldest_images(
-        [*trajectory.context_ids, *observation], [*trajectory.images, *message_images(messages)], budgets.max_images
+        trajectory.context_ids, trajectory.images, budgets.max_images
     )
     return True
 
