@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 PARTS = ("step_time", "timing/rollout_s", "timing/env_s", "timing/weight_sync_s", "timing/update_s")
@@ -56,6 +57,23 @@ def step_arguments(doc: str, default_steps: int) -> argparse.Namespace:
     return args
 
 
+def mean_parts(
+    names: Sequence[str],
+    run: Callable[[str, int, Path, list[str]], list[dict[str, float]]],
+    steps: int,
+    overrides: list[str],
+    parts: Sequence[str],
+) -> dict[str, dict[str, float]]:
+    """Per job of ``names``, the mean over its step records (``run(name, steps, directory, overrides)``, each job in
+    its own scratch directory) of each of ``parts`` (0 where a record lacks one)."""
+    figures: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            records = run(name, steps, Path(scratch) / name, overrides)
+            figures[name] = {part: statistics.fmean(r.get(part, 0.0) for r in records) for part in parts}
+    return figures
+
+
 def run_job(engine: str, steps: int, directory: Path, extra: list[str]) -> list[dict[str, float]]:
     """The per-step records (steps 2..N) of one CLI training run on ``engine``."""
     arguments = ["--config", "quickstart", f"trainer.total_training_steps={steps}", "trainer.val_before_train=false",
@@ -66,11 +84,7 @@ def run_job(engine: str, steps: int, directory: Path, extra: list[str]) -> list[
 def main() -> None:
     args = step_arguments(__doc__, default_steps=8)
 
-    figures: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for engine in ENGINES:
-            records = run_job(engine, args.steps, Path(scratch) / engine, args.overrides)
-            figures[engine] = {part: statistics.fmean(r.get(part, 0.0) for r in records) for part in PARTS}
+    figures = mean_parts(list(ENGINES), run_job, args.steps, args.overrides, PARTS)
     baseline = figures["hf"]["step_time"]
     print(f"{'engine':>6} {'step s':>7} {'rollout':>8} {'env':>7} {'sync':>7} {'update':>7} {'vs hf':>6}")
     for engine, parts in figures.items():

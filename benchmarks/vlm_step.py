@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import json
 import resource
-import statistics
-import tempfile
 from pathlib import Path
 
-from step_time import step_arguments, step_records  # this folder is on the path of a script run from it
+from step_time import mean_parts, step_arguments, step_records  # this folder is on the path of a script run from it
 
 PARTS = ("step_time", "timing/rollout_s", "timing/env_s", "timing/update_s")
 SIZES = ("episode/turns", "episode/response_length", "completions/mean_length")
@@ -80,11 +78,7 @@ def rollout_image_memory(episodes: int = 64, turns: int = 2) -> dict[str, float]
 def main() -> None:
     args = step_arguments(__doc__, default_steps=4)
 
-    figures: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for mode in MODES:
-            records = run_job(mode, args.steps, Path(scratch) / mode, args.overrides)
-            figures[mode] = {part: statistics.fmean(r.get(part, 0.0) for r in records) for part in PARTS + SIZES}
+    figures = mean_parts(list(MODES), run_job, args.steps, args.overrides, PARTS + SIZES)
     for mode, parts in figures.items():
         ratios = ", ".join(f"{part} {parts[part] / max(figures['text'][part], 1e-9):.2f}x" for part in PARTS)
         print(f"{mode:>10}: " + ", ".join(f"{part} {parts[part]:.2f} s" for part in PARTS))
