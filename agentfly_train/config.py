@@ -938,6 +938,13 @@ def check_positive(key: str, value: int | float | None, allow_none: bool = False
         raise ConfigError(f"{key} must be > 0, got {value!r}")
 
 
+def check_non_negative(key: str, value: int | float | None, note: str = "") -> None:
+    """Raises ``ConfigError`` if ``value`` of ``key`` is < 0 (``None`` passes: the keys' "no limit"); ``note`` says
+    what a value means, e.g. ``" (0: a CPU run)"``."""
+    if value is not None and value < 0:
+        raise ConfigError(f"{key} must be >= 0{note}, got {value!r}")
+
+
 def validate(config: TrainConfig) -> None:
     """Checks values the types cannot (names, ranges, consistency), before anything is loaded.
 
@@ -1022,25 +1029,22 @@ def validate(config: TrainConfig) -> None:
         check_positive(key, value)
     check_positive("trainer.total_training_steps", trainer.total_training_steps, allow_none=True)
     check_positive("agent.image_max_pixels", agent.image_max_pixels, allow_none=True)
-    if agent.max_images is not None and agent.max_images < 0:
-        raise ConfigError(f"agent.max_images must be >= 0 (null: no cap), got {agent.max_images}")
+    check_non_negative("agent.max_images", agent.max_images, " (null: no cap)")
     check_positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size, allow_none=True)
-    if trainer.n_gpus_per_node < 0:
-        raise ConfigError(f"trainer.n_gpus_per_node must be >= 0 (0: a CPU run), got {trainer.n_gpus_per_node}")
+    check_non_negative("trainer.n_gpus_per_node", trainer.n_gpus_per_node, " (0: a CPU run)")
     if trainer.max_ckpt_to_keep is not None and trainer.max_ckpt_to_keep < 1:
         raise ConfigError(
             f"trainer.max_ckpt_to_keep must be >= 1 (or null to keep every checkpoint), got {trainer.max_ckpt_to_keep}"
         )
-    if trainer.log_train_generations < 0:
-        raise ConfigError(f"trainer.log_train_generations must be >= 0, got {trainer.log_train_generations}")
+    check_non_negative("trainer.log_train_generations", trainer.log_train_generations)
     check_choice("sft.lr_scheduler_type", config.sft.lr_scheduler_type, SFT_SCHEDULES)
     if not 0.0 <= config.sft.warmup_ratio < 1.0:
         raise ConfigError(f"sft.warmup_ratio must be in [0, 1), got {config.sft.warmup_ratio}")
     for key in ("guess_fraction", "golden_fraction"):
         if not 0.0 <= getattr(config.sft, key) <= 1.0:
             raise ConfigError(f"sft.{key} must be in [0, 1], got {getattr(config.sft, key)}")
-    if rollout.temperature < 0 or rollout.val_temperature < 0:
-        raise ConfigError("actor_rollout_ref.rollout.temperature and .val_temperature must be >= 0")
+    check_non_negative("actor_rollout_ref.rollout.temperature", rollout.temperature)
+    check_non_negative("actor_rollout_ref.rollout.val_temperature", rollout.val_temperature)
     mini = actor.ppo_mini_batch_size or data.train_batch_size
     if data.train_batch_size % mini:
         raise ConfigError(
@@ -1070,10 +1074,8 @@ def _validate_async_training(config: TrainConfig, backend: Any) -> None:
     if not settings.enable:
         return
     key = "async_training"
-    if settings.staleness_threshold < 0:
-        raise ConfigError(f"{key}.staleness_threshold must be >= 0, got {settings.staleness_threshold}")
-    if settings.max_staleness < 0:
-        raise ConfigError(f"{key}.max_staleness must be >= 0 (policy versions), got {settings.max_staleness}")
+    check_non_negative(f"{key}.staleness_threshold", settings.staleness_threshold)
+    check_non_negative(f"{key}.max_staleness", settings.max_staleness, " (policy versions)")
     check_positive(f"{key}.trigger_parameter_sync_step", settings.trigger_parameter_sync_step)
     mini = config.actor_rollout_ref.actor.ppo_mini_batch_size or config.data.train_batch_size
     per_step = config.data.train_batch_size // mini
@@ -1129,8 +1131,7 @@ def _validate_env_runtime(rollout: RolloutConfig) -> None:
     check_positive("actor_rollout_ref.rollout.env_step_timeout", rollout.env_step_timeout)
     resources = {f"env_worker_resources.{name}": amount for name, amount in rollout.env_worker_resources.items()}
     for key, value in {"env_worker_cpus": rollout.env_worker_cpus, **resources}.items():
-        if value < 0:
-            raise ConfigError(f"actor_rollout_ref.rollout.{key} must be >= 0, got {value}")
+        check_non_negative(f"actor_rollout_ref.rollout.{key}", value)
     problem = runtime.unavailable()
     if problem is not None:
         raise ConfigError(f"actor_rollout_ref.rollout.env_runtime={rollout.env_runtime} {problem}")
@@ -1192,11 +1193,6 @@ def _validate_images(config: TrainConfig, trains_critic: bool) -> None:
     """What a vision-language run cannot combine: the passes that run the model without its images."""
     if not config.agent.sees_images:
         return
-    if config.async_training.enable:
-        raise ConfigError(
-            "async_training.enable: the episode stream does not pass the screenshots (agent.env_kwargs.obs=screenshot) "
-            "to the generator yet; set async_training.enable=false"
-        )
     if config.sft.enable:
         raise ConfigError(
             "sft.enable: the warm start does not yet pass the screenshots (agent.env_kwargs.obs=screenshot) to the "
@@ -1262,8 +1258,7 @@ def _validate_algorithm(config: TrainConfig) -> None:
             f"an estimator of whole responses ({whole}) and algorithm.use_kl_in_reward=false; got "
             f"adv_estimator={algorithm.adv_estimator}, use_kl_in_reward={algorithm.use_kl_in_reward}"
         )
-    if config.trainer.critic_warmup < 0:
-        raise ConfigError(f"trainer.critic_warmup must be >= 0, got {config.trainer.critic_warmup}")
+    check_non_negative("trainer.critic_warmup", config.trainer.critic_warmup)
     if not estimator.trains_critic:
         if config.trainer.critic_warmup:
             critics = ", ".join(name for name, other in ADVANTAGE_ESTIMATORS.items() if other.trains_critic)
