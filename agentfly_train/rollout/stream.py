@@ -43,6 +43,14 @@ from agentfly_train.rollout.episode import (
 _REQUEST_IDS = itertools.count()
 
 
+@dataclass(frozen=True)
+class _Pending:
+    prompt_ids: Sequence[int]
+    max_new_tokens: int
+    params: SamplingParams
+    images: Sequence[Any]
+
+
 class BatchedRequests:
     """The streaming interface (``submit``/``step``/``has_unfinished``) over a backend that samples batches only:
     a step samples every pending request to its end in one :meth:`~GenerationBackend.generate` call per sampling
@@ -54,19 +62,34 @@ class BatchedRequests:
 
     def __init__(self, backend: GenerationBackend) -> None:
         self.backend = backend
-        self.pending: dict[str, tuple[Sequence[int], int, SamplingParams]] = {}
+        self.pending: dict[str, _Pending] = {}
 
-    def submit(self, request_id: str, prompt_ids: Sequence[int], max_new_tokens: int, params: SamplingParams) -> None:
-        """Queues one request for the next :meth:`step`."""
-        self.pending[request_id] = (prompt_ids, max_new_tokens, params)
+    def submit(
+        self,
+        request_id: str,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        params: SamplingParams,
+        images: Sequence[Any] = (),
+    ) -> None:
+        """Queues one request for the next :meth:`step`; ``images`` are those its prompt's image tokens stand for
+        (a backend that :attr:`~GenerationBackend.supports_images`)."""
+        self.pending[request_id] = _Pending(prompt_ids, max_new_tokens, params, images)
 
     def step(self) -> list[tuple[str, Generation]]:
         """Samples every pending request (one batch per distinct sampling setting); returns them all."""
         pending, self.pending = self.pending, {}
         finished = []
-        for params in dict.fromkeys(params for _, _, params in pending.values()):
-            ids = [request_id for request_id, (_, _, p) in pending.items() if p == params]
-            generations = self.backend.generate([pending[i][0] for i in ids], [pending[i][1] for i in ids], params)
+        for params in dict.fromkeys(request.params for request in pending.values()):
+            ids = [request_id for request_id, request in pending.items() if request.params == params]
+            batch = [pending[i] for i in ids]
+            images = [list(request.images) for request in batch]
+            generations = self.backend.generate(
+                [request.prompt_ids for request in batch],
+                [request.max_new_tokens for request in batch],
+                params,
+                **({"images": images} if any(images) else {}),
+            )
             finished += list(zip(ids, generations, strict=True))
         return finished
 
@@ -192,7 +215,14 @@ class EpisodeStream:
         request_id = f"episode-{key}-{next(_REQUEST_IDS)}"
         self._requests[request_id] = _Request(key, room_left(episode.trajectory, self.budgets), self.version)
         prompt = list(episode.trajectory.context_ids)
-        self.engine.submit(request_id, prompt, turn_budget(episode.trajectory, self.budgets), episode.params)
+        images = episode.trajectory.images  # only a backend that supports_images is given images (config checks)
+        self.engine.submit(
+            request_id,
+            prompt,
+            turn_budget(episode.trajectory, self.budgets),
+            episode.params,
+            **({"images": list(images)} if images else {}),
+        )
 
     def _advance(self, key: int, generation: Generation, text: str, stepped: StepResult | None, version: int) -> None:
         episode = self._episodes[key]

@@ -28,6 +28,7 @@ from agentfly_train.rollout import (
     training_rows,
     trajectory_record,
 )
+from agentfly_train.rollout.stream import BatchedRequests, EpisodeStream, run_to_end
 from agentfly_train.tiny_model import add_vision_tokens, build_vl_image_processor, build_vl_model
 from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs, message_images
 from tests.conftest import readme_command, run_cli, runs_readme_command
@@ -63,7 +64,9 @@ class ScriptedPolicy:
         return [Generation(tokens, [-0.5] * len(tokens), True)]
 
 
-def _episode(vision, max_images):
+def _episode(vision, max_images, streamed=False):
+    """Scroll, then the golden click, turn-synchronously or (``streamed``) through off-policy training's episode
+    stream over HF-style batched requests."""
     _, _, codec, env = vision
     env.reset(options={"index": 0})
     golden = env.unwrapped.golden_actions()
@@ -71,7 +74,11 @@ def _episode(vision, max_images):
     budgets = RolloutBudgets(max_turns=3, max_tokens_per_turn=64, response_length=2048, max_images=max_images)
     task = env.unwrapped.tasks.row(0)
     with ThreadPoolExecutor(1) as executor:
-        [trajectory] = run_rollouts([env], [task], policy, codec, budgets, SamplingParams(), executor)
+        if streamed:
+            stream = EpisodeStream(BatchedRequests(policy), codec, budgets, executor)
+            [trajectory] = run_to_end(stream, [env], [task], SamplingParams(), keys=[0])
+        else:
+            [trajectory] = run_rollouts([env], [task], policy, codec, budgets, SamplingParams(), executor)
     return trajectory, policy
 
 
@@ -263,7 +270,6 @@ def _screenshot_overrides(*extra: str) -> list[str]:
         ),
         (["agent.max_images=-1"], "agent.max_images must be >= 0"),
         (["sft.enable=true"], "the warm start does not yet pass the screenshots"),
-        (["async_training.enable=true"], "the episode stream does not pass the screenshots"),
         (
             ["agent.max_images=1", "algorithm.adv_estimator=reinforce_plus_plus"],
             "agent.max_images trains each turn as its own sample with its episode's advantage",
@@ -274,6 +280,69 @@ def test_what_a_screenshot_run_cannot_combine_is_a_one_line_config_error(extra, 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
         quickstart_config(_screenshot_overrides(*extra))
     assert "\n" not in str(error.value)
+
+
+def test_the_episode_stream_hands_each_turn_the_images_the_turn_synchronous_rollout_does(vision):
+    """Off-policy training's episode stream (:class:`EpisodeStream` over HF's batched requests) on the scroll-then-click
+    episode with ``max_images=1``: the policy is given the same screenshots at each turn, and the trajectory's
+    tokens, images and turn contexts are those of :func:`run_rollouts`."""
+    synchronous, sync_policy = _episode(vision, max_images=1)
+    streamed, policy = _episode(vision, max_images=1, streamed=True)
+    assert streamed.num_turns == 2 and policy.images == sync_policy.images
+    assert (streamed.prompt_ids, streamed.completion_ids, streamed.env_mask, streamed.images) == (
+        synchronous.prompt_ids, synchronous.completion_ids, synchronous.env_mask, synchronous.images
+    )  # fmt: skip
+    assert [(span.context, span.images) for span in streamed.turn_spans] == [
+        (span.context, span.images) for span in synchronous.turn_spans
+    ]
+
+
+def test_async_on_screenshots_with_max_staleness_0_equals_sync_under_greedy_decoding(tmp_path):
+    """Screenshots through the CLI's off-policy schedule (``async_training.enable=true``, on-policy settings, HF,
+    greedy): two steps give the same rewards, losses, importance weights and updated weights as the synchronous
+    schedule, so the stream sampled from the screenshots the trainer's loss then read."""
+    from safetensors.torch import load_file
+
+    from agentfly_train.train import run
+    from tests.train.red_or_blue import ENV_ID as RED_OR_BLUE
+
+    common = _screenshot_overrides(
+        f"agent.env={RED_OR_BLUE}",
+        "agent.imports=[tests/train/red_or_blue.py]",
+        "agent.env_kwargs={obs: screenshot, num_tasks: 8}",
+        "agent.max_tokens_per_turn=8",
+        "actor_rollout_ref.rollout.response_length=16",
+        "actor_rollout_ref.rollout.top_k=1",  # greedy, with log-probs at temperature 1
+        "actor_rollout_ref.actor.entropy_coeff=0.01",  # greedy chains of a task are equal: make each step move it
+        "actor_rollout_ref.model.tiny_hidden_size=32",
+        "agent.num_chains=2",
+        "data.train_batch_size=2",
+        "data.val_size=0",
+        "data.shuffle=false",
+        "algorithm.rollout_correction.rollout_is=token",
+        "trainer.total_training_steps=2",
+    )
+    runs = {"sync": tmp_path / "sync", "async": tmp_path / "async"}
+    run(quickstart_config([*common, f"trainer.default_local_dir={runs['sync']}"]), show_progress=False)
+    run(
+        quickstart_config([
+            *common, "async_training.enable=true", "async_training.staleness_threshold=0",
+            "async_training.max_staleness=0", "async_training.use_rollout_log_probs=false",
+            f"trainer.default_local_dir={runs['async']}",
+        ]),
+        show_progress=False,
+    )  # fmt: skip
+    steps = {name: [r for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+             for name, d in runs.items()}  # fmt: skip
+    assert len(steps["sync"]) == len(steps["async"]) == 2
+    for a, s in zip(steps["async"], steps["sync"], strict=True):
+        for key in ("reward/mean", "episode/response_length", "rollout_corr/rollout_is_mean", "actor/entropy"):
+            assert a[key] == pytest.approx(s[key], abs=1e-5), key
+        assert a["async/staleness_max"] == 0 and a["async/dropped"] == 0
+    assert all(step["grad_norm"] > 0 for step in steps["sync"])  # the policy moved
+    final = {name: load_file(str(d / "final" / "model.safetensors")) for name, d in runs.items()}
+    for name, tensor in final["sync"].items():
+        torch.testing.assert_close(final["async"][name], tensor, atol=1e-6, rtol=1e-5)
 
 
 def test_a_text_model_on_screenshots_is_a_one_line_config_error(vision):
