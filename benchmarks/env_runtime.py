@@ -4,8 +4,8 @@
    calculator (Arith-Calc) and the python tool (Arith-Calc with ``python_executor``): median ms per step; the
    difference is the remote step's overhead (the round trip to the actor, action and result serialised).
 2. Throughput: python-tool env steps/s of a batch of envs stepped turn after turn from threads, as the rollout
-   engine steps them: in this process, and on 1, 2 and 4 Ray actors; for a trivial call (``print(12*34)``, where
-   the per-step overhead is everything) and for a call computing for about 10 ms.
+   engine steps them: in this process, and on 1, 2 and 4 Ray actors (``--actors``); for a trivial call
+   (``print(12*34)``, where the per-step overhead is everything) and for a call computing for about 10 ms.
 
 All in one run, on a fresh local Ray cluster with this machine's CPUs (each actor reserves a quarter of them).
 
@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=16, help="envs per throughput batch")
     parser.add_argument("--turns", type=int, default=20, help="turns per throughput batch")
     parser.add_argument("--repeats", type=int, default=5, help="throughput batches per figure (median)")
+    parser.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4], help="Ray actor counts of the throughput")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
 
@@ -103,7 +104,7 @@ def main() -> None:
             pool.close()
     env_kwargs = {**TOOLS["python"][1], "max_turns": max_turns}
     runtimes: dict[str, Callable[[], EnvPool]] = {"local (threads)": lambda: LocalEnvPool(ENV_ID, env_kwargs)}
-    for workers in (1, 2, 4):
+    for workers in args.actors:
         runtimes[f"ray, {workers} actor{'s' * (workers > 1)}"] = functools.partial(
             RayEnvPool, ENV_ID, env_kwargs, num_workers=workers, worker_cpus=cpus / 4
         )

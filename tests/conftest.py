@@ -53,10 +53,18 @@ _share_the_cores()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Runs the modules that hold ``slow`` tests first (in their order, each module kept together), so that the
-    workers share the long tests instead of one of them finishing the suite alone."""
+    """Runs the modules that hold ``long`` tests first, those tests first in them, then the other modules that hold
+    ``slow`` tests (in their order, each module kept together), so that the workers share the long tests instead of
+    one of them finishing the suite alone."""
+    long_modules = {item.path for item in items if item.get_closest_marker("long")}
     slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_modules)
+    items.sort(
+        key=lambda item: (
+            item.path not in long_modules,
+            item.path not in slow_modules,
+            item.get_closest_marker("long") is None,
+        )
+    )
 
 
 GSM8K_SAMPLE = REPO_ROOT / "data" / "gsm8k_sample.jsonl"

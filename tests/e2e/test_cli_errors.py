@@ -116,6 +116,7 @@ def _one_line_exit_2(arguments: list[str]) -> str:
     return result.stderr
 
 
+@pytest.mark.long
 @pytest.mark.slow  # two CLI processes, ~10 s each
 def test_bad_data_rows_fail_in_one_line_from_the_cli(tmp_path):
     bad_row = _write(tmp_path / "q4.json", FOURTH_ROW_WITHOUT_QUESTION)
@@ -167,6 +168,7 @@ def test_the_unknown_tool_hint_is_a_recipe_that_works(tmp_path):
     assert "HI" in result.stdout
 
 
+@pytest.mark.long
 @pytest.mark.slow  # one tiny-model training step through the CLI, ~40 s on 2 cores
 def test_a_registered_env_trains_on_the_given_files_without_the_hub(tmp_path):
     no_hub = {"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}  # refused

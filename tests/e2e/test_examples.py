@@ -141,6 +141,7 @@ def test_web_throughput_benchmark(readme, tmp_path):
     assert "screenshot mode costs" in out and "Chromium per env" in out
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @needs_miniwob
 @runs_readme_command("python benchmarks/vlm_step.py --steps 4 --out benchmarks/results/vlm_step.json")
@@ -245,6 +246,7 @@ def test_rollout_throughput_benchmark(readme, tmp_path):
     assert f"ratio {engines[-2]}/trl" in out
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @runs_readme_command(
     "python benchmarks/step_time.py --steps 8 --out benchmarks/results/step_time.json",
@@ -331,14 +333,14 @@ def test_env_runtime_benchmark(tmp_path):
     result_file = tmp_path / "runtime.json"
     out = run_script(
         "benchmarks/env_runtime.py", "--steps", "10", "--envs", "4", "--turns", "2", "--repeats", "1",
-        "--json", str(result_file),
+        "--actors", "2", "--json", str(result_file),
     )  # fmt: skip
     results = json.loads(result_file.read_text())
     for figures in results["latency_ms"].values():
         assert figures["ray"] > figures["local"] > 0 and figures["overhead"] == figures["ray"] - figures["local"]
     assert len(results["python_steps_per_s"]) == 2
     for rates in results["python_steps_per_s"].values():
-        assert set(rates) == {"local (threads)", "ray, 1 actor", "ray, 2 actors", "ray, 4 actors"}
+        assert set(rates) == {"local (threads)", "ray, 2 actors"}
         assert all(rate > 0 for rate in rates.values())
     assert "Latency of one env step" in out and "Python-tool env steps/s" in out
 

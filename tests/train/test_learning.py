@@ -28,6 +28,7 @@ that call the tool (last 5 steps over first 5). Every run in the README's quicks
 threads and vLLM) gained at least 1.0, 0.35 and 0.35."""
 
 
+@pytest.mark.long
 @pytest.mark.timeout(1200)  # the whole quickstart (run_cli's own limit is 900 s): pytest's default is 600
 @runs_readme_command("python -m agentfly_train")
 def test_the_quickstart_run_learns_with_grpo(readme, tmp_path):

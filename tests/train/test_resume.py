@@ -68,6 +68,7 @@ weights and optimiser, the adaptive KL controller): GRPO's state is a subset of 
 COMPARED = ("critic/vf_loss", "critic/values/mean", "actor/reward_kl_penalty_coeff")
 
 
+@pytest.mark.long
 def test_killed_run_resumes_from_its_last_checkpoint_and_a_finished_run_trains_no_more(tmp_path):
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     done = run_cli(_command(reference, *PPO_WITH_KL_IN_REWARD), env=OFFLINE)

@@ -251,6 +251,7 @@ def test_training_samples_with_vllm_through_the_cli(tmp_path, processes, lora, f
     assert all(abs(r["rollout_corr/rollout_is_mean"] - 1) < 1e-2 for r in steps)
 
 
+@pytest.mark.long
 @pytest.mark.timeout(1200)  # the whole quickstart (run_cli's own limit is 900 s): pytest's default is 600
 def test_the_quickstart_learns_on_vllm_as_on_hf(tmp_path):
     """The quickstart (SFT warm start, 30 GRPO steps) with its rollouts on the vLLM engine (one process, colocated,
