@@ -118,9 +118,9 @@ def key_reference(schema: Any = None, prefix: str = "") -> list[KeyDoc]:
         prefix: The dotted prefix of ``schema``'s keys.
 
     Example:
-        >>> doc = next(doc for doc in key_reference() if doc.key == "actor_rollout_ref.rollout.name")
+        >>> doc = next(doc for doc in key_reference() if doc.key == "trainer.total_training_steps")
         >>> doc.default, doc.type, doc.help
-        ('hf', 'str', 'Backend, `hf` (transformers `generate`) or `vllm`.')
+        (None, 'int | None', 'Rollout steps to run; `null` runs `total_epochs` over the data.')
     """
     schema = TrainConfig() if schema is None else schema
     helps = attribute_docs(type(schema))
