@@ -36,6 +36,9 @@ TINY_MODEL = "agentfly:tiny"
 TINY_VL_MODEL = "agentfly:tiny-vl"
 """``actor_rollout_ref.model.path`` value that builds a tiny Qwen2.5-VL-architecture model, tokenizer and image
 processor (no download), a vision-language policy for offline runs and tests."""
+TINY_QWEN3_VL_MODEL = "agentfly:tiny-qwen3-vl"
+"""``actor_rollout_ref.model.path`` value that builds a tiny Qwen3-VL-architecture model, tokenizer and image
+processor (no download); :data:`agentfly_train.tiny_model.TINY_POLICIES` maps each tiny name to its builders."""
 
 AGENT_TYPES = {"hf": "tool_calls", "hermes": "hermes", "react": "react", "code": "code", "gui": "gui"}
 """``agent.agent_type`` -> the env parser that reads the model's turns (``hf``: the trainer reads the chat template's
@@ -1171,8 +1174,10 @@ def _validate_data_files(config: TrainConfig) -> None:
 
 
 def _validate_model_path(config: TrainConfig) -> None:
-    """The policy (and a critic checkpoint) is the tiny model, a Hub id (``org/name``) or an existing directory."""
+    """The policy (and a critic checkpoint) is a tiny model, a Hub id (``org/name``) or an existing directory."""
     import re
+
+    from agentfly_train.tiny_model import TINY_POLICIES  # it imports this module
 
     if config.model_path is None:
         raise ConfigError(
@@ -1183,7 +1188,7 @@ def _validate_model_path(config: TrainConfig) -> None:
         ("actor_rollout_ref.model.path", config.model_path),
         ("critic.model.path", config.critic.model.path),
     ):
-        if path is None or path in (TINY_MODEL, TINY_VL_MODEL) or Path(path).expanduser().exists():
+        if path is None or path in TINY_POLICIES or Path(path).expanduser().exists():
             continue
         if path.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path):
             raise ConfigError(f"{key}={path!r}: no such directory (and not a Hub id like Qwen/Qwen2.5-3B-Instruct)")

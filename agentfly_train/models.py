@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from agentfly_train.config import TINY_MODEL, TINY_VL_MODEL, ConfigError, TrainConfig
+from agentfly_train.config import TINY_QWEN3_VL_MODEL, TINY_VL_MODEL, ConfigError, TrainConfig
+from agentfly_train.tiny_model import TINY_POLICIES
 
 
 def resolve_chat_template(template: str | None) -> str | None:
@@ -94,9 +95,10 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
     """The policy model (float32 weights; mixed precision is applied by the trainer) and its tokenizer.
 
     ``agentfly:tiny`` builds a tiny Qwen2-architecture model and a tokenizer trained on generated task
-    text (no download), ``agentfly:tiny-vl`` a tiny Qwen2.5-VL one; anything else is loaded with
-    ``from_pretrained`` (a checkpoint whose configuration has a ``vision_config`` as an image-text-to-text model).
-    The tokenizer is :func:`policy_tokenizer`'s.
+    text (no download), ``agentfly:tiny-vl`` a tiny Qwen2.5-VL one and ``agentfly:tiny-qwen3-vl`` a tiny Qwen3-VL
+    one (:data:`~agentfly_train.tiny_model.TINY_POLICIES`); anything else is loaded with ``from_pretrained`` (a
+    checkpoint whose configuration has a ``vision_config`` as an image-text-to-text model). The tokenizer is
+    :func:`policy_tokenizer`'s.
 
     Returns:
         ``(model, tokenizer)``.
@@ -105,11 +107,8 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
 
     model_config = config.actor_rollout_ref.model
     tokenizer = policy_tokenizer(config)
-    if config.model_path in (TINY_MODEL, TINY_VL_MODEL):
-        from agentfly_train import tiny_model
-
-        build = tiny_model.build_model if config.model_path == TINY_MODEL else tiny_model.build_vl_model
-        model = build(
+    if config.model_path in TINY_POLICIES:
+        model = TINY_POLICIES.get(config.model_path).model(
             tokenizer,
             hidden_size=model_config.tiny_hidden_size,
             num_layers=model_config.tiny_num_layers,
@@ -142,29 +141,32 @@ def policy_images(config: TrainConfig, tokenizer: Any) -> Any:
         return None
     from agentfly_train.vision import ImageInputs
 
-    max_pixels = config.agent.image_max_pixels
-    if config.model_path == TINY_VL_MODEL:
-        from agentfly_train.tiny_model import build_vl_image_processor
-
-        processor = build_vl_image_processor(**({"max_pixels": max_pixels} if max_pixels else {}))
+    options = {"max_pixels": max_pixels} if (max_pixels := config.agent.image_max_pixels) else {}
+    if config.model_path in TINY_POLICIES:
+        build = TINY_POLICIES.get(config.model_path).image_processor
+        if build is None:
+            raise _no_image_processor(config.model_path, "a text model")
+        processor = build(**options)
     else:
         from transformers import AutoImageProcessor
 
-        options = {"max_pixels": max_pixels} if max_pixels else {}  # Qwen2-VL-family processors' limit
-        try:
+        try:  # Qwen2-VL-family processors (Qwen3-VL's too) read max_pixels as their size's longest_edge
             processor = AutoImageProcessor.from_pretrained(
                 config.model_path, trust_remote_code=config.actor_rollout_ref.model.trust_remote_code, **options
             )
         except (OSError, ValueError) as error:
-            raise ConfigError(
-                f"agent.env_kwargs.obs=screenshot needs a vision-language model, but {config.model_path!r} has no "
-                f"image processor ({' '.join(str(error).split())[:160]}); use e.g. Qwen/Qwen2.5-VL-3B-Instruct or "
-                f"{TINY_VL_MODEL}"
-            ) from None
+            raise _no_image_processor(config.model_path, " ".join(str(error).split())[:160]) from None
     try:
         return ImageInputs.from_tokenizer(processor, tokenizer)
     except ValueError as error:
         raise ConfigError(f"agent.env_kwargs.obs=screenshot needs a vision-language model: {error}") from None
+
+
+def _no_image_processor(path: str, why: str) -> ConfigError:
+    return ConfigError(
+        f"agent.env_kwargs.obs=screenshot needs a vision-language model, but {path!r} has no image processor ({why}); "
+        f"use e.g. Qwen/Qwen2.5-VL-3B-Instruct, Qwen/Qwen3-VL-2B-Instruct, {TINY_VL_MODEL} or {TINY_QWEN3_VL_MODEL}"
+    )
 
 
 def add_stop_tokens(model: Any, token_ids: list[int]) -> None:
@@ -181,14 +183,9 @@ def policy_tokenizer(config: TrainConfig) -> Any:
     Raises:
         ConfigError: the tokenizer has no chat template and ``agent.template`` gives none.
     """
-    if config.model_path == TINY_MODEL:
-        from agentfly_train.tiny_model import build_tokenizer
 
-        tokenizer = build_tokenizer()
-    elif config.model_path == TINY_VL_MODEL:
-        from agentfly_train.tiny_model import build_vl_tokenizer
-
-        tokenizer = build_vl_tokenizer()
+    if config.model_path in TINY_POLICIES:
+        tokenizer = TINY_POLICIES.get(config.model_path).tokenizer()
     else:
         tokenizer = load_tokenizer(
             config.model_path, trust_remote_code=config.actor_rollout_ref.model.trust_remote_code

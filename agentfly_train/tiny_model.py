@@ -1,5 +1,6 @@
-"""A tiny Qwen2-architecture model and a locally trained tokenizer, for offline runs and tests, and a tiny
-Qwen2.5-VL-architecture vision-language model beside it.
+"""A tiny Qwen2-architecture model and a locally trained tokenizer, for offline runs and tests, and tiny
+Qwen2.5-VL- and Qwen3-VL-architecture vision-language models beside it (:data:`TINY_POLICIES`: what each
+``agentfly:tiny*`` model name builds).
 
 Nothing is downloaded: the byte-level BPE tokenizer is trained on text this module generates
 (arithmetic word problems rendered as tool-calling chats) and splits digits as Qwen2's does; its
@@ -11,8 +12,14 @@ tool calls; the model is built from a config with random weights.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
+
+from agentfly_envs.registry import Registry
+from agentfly_train.config import TINY_MODEL, TINY_QWEN3_VL_MODEL, TINY_VL_MODEL
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """Control tokens, as in Qwen2.5 (skipped when decoding with ``skip_special_tokens``)."""
@@ -88,6 +95,13 @@ def build_tokenizer(vocab_size: int = 1024, num_problems: int = 300):
     )
 
 
+def _stopping_on_eos(model, tokenizer):
+    """``model``, its generation stopping on the tokenizer's EOS and padding with its pad token."""
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
 def build_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0):
     """A randomly initialised ``Qwen2ForCausalLM`` sized for CPU tests.
 
@@ -118,10 +132,7 @@ def build_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
     )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return _stopping_on_eos(Qwen2ForCausalLM(config), tokenizer)
 
 
 def build_tiny_checkpoint(directory: str | Path, **model_kwargs) -> Path:
@@ -137,14 +148,15 @@ def build_tiny_checkpoint(directory: str | Path, **model_kwargs) -> Path:
     return directory
 
 
-def build_vl_tokenizer(**kwargs):
-    """:func:`build_tokenizer` (``kwargs``) made a vision-language one (:func:`add_vision_tokens`)."""
-    return add_vision_tokens(build_tokenizer(**kwargs))
+def build_vl_tokenizer(template: str = "qwen2_5_vl", **kwargs):
+    """:func:`build_tokenizer` (``kwargs``) made a vision-language one (:func:`add_vision_tokens`, ``template``)."""
+    return add_vision_tokens(build_tokenizer(**kwargs), template)
 
 
-def add_vision_tokens(tokenizer):
-    """Adds Qwen2.5-VL's vision tokens to a :func:`build_tokenizer` tokenizer and gives it our ``qwen2_5_vl`` chat
-    template, which writes a message's image part as ``<|vision_start|><|image_pad|><|vision_end|>``.
+def add_vision_tokens(tokenizer, template: str = "qwen2_5_vl"):
+    """Adds Qwen2.5-VL's vision tokens (Qwen3-VL's are the same) to a :func:`build_tokenizer` tokenizer and gives it
+    our chat template ``template`` (``qwen2_5_vl`` or ``qwen3_vl``), which writes a message's image part as
+    ``<|vision_start|><|image_pad|><|vision_end|>``.
 
     Returns:
         ``tokenizer``, changed.
@@ -152,20 +164,76 @@ def add_vision_tokens(tokenizer):
     from agentfly_train.chat_templates import chat_template
 
     tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
-    tokenizer.chat_template = chat_template("qwen2_5_vl")
+    tokenizer.chat_template = chat_template(template)
     return tokenizer
 
 
-def build_vl_image_processor(max_pixels: int = 128 * 28 * 28):
-    """Qwen2-VL's image processor (its Pillow backend: no torchvision) with 14-pixel patches merged 2 x 2, so a
-    MiniWoB screen (160 x 210) becomes a 12 x 16 patch grid, 48 image tokens.
+def build_vl_image_processor(max_pixels: int = 128 * 28 * 28, patch_size: int = 14, **options: Any):
+    """Qwen2-VL's image processor (its Pillow backend: no torchvision) with ``patch_size``-pixel patches merged
+    2 x 2: with Qwen2.5-VL's 14-pixel patches a MiniWoB screen (160 x 210) becomes a 12 x 16 patch grid, 48 image
+    tokens.
+
+    Args:
+        max_pixels: Largest image, in pixels; larger ones are scaled down (``agent.image_max_pixels``).
+        patch_size: Side of a patch in pixels (the vision tower's).
+        options: Other options of the processor (``image_mean``...).
+    """
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    side = patch_size * 2
+    return Qwen2VLImageProcessorPil(patch_size=patch_size, min_pixels=side * side, max_pixels=max_pixels, **options)
+
+
+def build_qwen3_vl_image_processor(max_pixels: int = 128 * 32 * 32):
+    """Qwen3-VL's image processor: :func:`build_vl_image_processor` with Qwen3-VL's 16-pixel patches (merged 2 x 2)
+    and normalisation (mean and std 0.5), so a MiniWoB screen (160 x 210) becomes a 10 x 14 patch grid, 35 image
+    tokens.
 
     Args:
         max_pixels: Largest image, in pixels; larger ones are scaled down (``agent.image_max_pixels``).
     """
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    half = [0.5, 0.5, 0.5]
+    return build_vl_image_processor(max_pixels, patch_size=16, image_mean=half, image_std=half)
 
-    return Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=max_pixels)
+
+def _vl_configs(tokenizer, hidden_size: int, num_layers: int, num_heads: int, initializer_range: float):
+    """The parts of a tiny Qwen-VL configuration both architectures share: ``(text, vision, top, section)``, the
+    keyword dicts of the text model (:func:`build_model`'s size), of a one-block vision tower of width 32 projecting
+    into it and of the configuration itself (vision token ids), and the M-RoPE section (temporal, height, width
+    frequencies of half a head)."""
+    half_head = hidden_size // num_heads // 2
+    section = [half_head - 2 * (half_head // 3), half_head // 3, half_head // 3]
+    token = tokenizer.convert_tokens_to_ids
+    text = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": hidden_size,
+        "intermediate_size": hidden_size * 2,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": max(num_heads // 2, 1),
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": None,
+        "initializer_range": initializer_range,
+    }
+    vision = {
+        "depth": 1,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "out_hidden_size": hidden_size,
+        "initializer_range": initializer_range,
+    }
+    top = {
+        "image_token_id": token("<|image_pad|>"),
+        "video_token_id": token("<|video_pad|>"),
+        "vision_start_token_id": token("<|vision_start|>"),
+        "vision_end_token_id": token("<|vision_end|>"),
+        "tie_word_embeddings": True,
+    }
+    return text, vision, top, section
 
 
 def build_vl_model(
@@ -197,41 +265,70 @@ def build_vl_model(
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     torch.manual_seed(seed)
-    half_head = hidden_size // num_heads // 2
-    section = [half_head - 2 * (half_head // 3), half_head // 3, half_head // 3]  # temporal, height, width
-    token = tokenizer.convert_tokens_to_ids
+    text, vision, top, section = _vl_configs(tokenizer, hidden_size, num_layers, num_heads, initializer_range)
     config = Qwen2_5_VLConfig(
-        text_config={
-            "vocab_size": len(tokenizer),
-            "hidden_size": hidden_size,
-            "intermediate_size": hidden_size * 2,
-            "num_hidden_layers": num_layers,
-            "num_attention_heads": num_heads,
-            "num_key_value_heads": max(num_heads // 2, 1),
-            "max_position_embeddings": 4096,
-            "rope_scaling": {"type": "mrope", "mrope_section": section},
-            "tie_word_embeddings": True,
-            "eos_token_id": tokenizer.eos_token_id,
-            "pad_token_id": tokenizer.pad_token_id,
-            "bos_token_id": None,
-            "initializer_range": initializer_range,
-        },
-        vision_config={
-            "depth": 1,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_heads": 2,
-            "out_hidden_size": hidden_size,
-            "fullatt_block_indexes": [0],
-            "initializer_range": initializer_range,
-        },
-        image_token_id=token("<|image_pad|>"),
-        video_token_id=token("<|video_pad|>"),
-        vision_start_token_id=token("<|vision_start|>"),
-        vision_end_token_id=token("<|vision_end|>"),
-        tie_word_embeddings=True,
+        text_config={**text, "rope_scaling": {"type": "mrope", "mrope_section": section}},
+        vision_config={**vision, "fullatt_block_indexes": [0]},
+        **top,
     )
-    model = Qwen2_5_VLForConditionalGeneration(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return _stopping_on_eos(Qwen2_5_VLForConditionalGeneration(config), tokenizer)
+
+
+def build_qwen3_vl_model(
+    tokenizer,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    seed: int = 0,
+    initializer_range: float = 0.02,
+):
+    """A randomly initialised ``Qwen3VLForConditionalGeneration`` sized for CPU tests: the text model of
+    :func:`build_model`'s size with Qwen3-VL's interleaved M-RoPE, and a one-block vision tower of width 32
+    (16-pixel patches, 2 x 2 merge; its block's features are also added to the first text layer's input: DeepStack)
+    projecting into it. Arguments and returns: :func:`build_vl_model`'s (``tokenizer`` with the vision tokens).
+    """
+    import torch
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    torch.manual_seed(seed)
+    text, vision, top, section = _vl_configs(tokenizer, hidden_size, num_layers, num_heads, initializer_range)
+    rope = {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": section, "mrope_interleaved": True}
+    config = Qwen3VLConfig(
+        text_config={**text, "head_dim": hidden_size // num_heads, "rope_parameters": rope},
+        vision_config={
+            **vision,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "num_position_embeddings": 64,  # an 8 x 8 grid of learned positions, interpolated to the image's
+            "deepstack_visual_indexes": [0],
+        },
+        **top,
+    )
+    return _stopping_on_eos(Qwen3VLForConditionalGeneration(config), tokenizer)
+
+
+@dataclass(frozen=True)
+class TinyPolicy:
+    """What an ``agentfly:tiny*`` model name builds (no download).
+
+    Attributes:
+        tokenizer: Builds the tokenizer (no arguments).
+        model: Builds the model from the tokenizer (``hidden_size``, ``num_layers``, ``seed`` keywords).
+        image_processor: Builds a vision-language policy's image processor (``max_pixels`` keyword), or ``None``.
+    """
+
+    tokenizer: Callable[[], Any]
+    model: Callable[..., Any]
+    image_processor: Callable[..., Any] | None = None
+
+
+TINY_POLICIES: Registry[TinyPolicy] = Registry(
+    "tiny model", where="agentfly_train/tiny_model.py", how="TINY_POLICIES.add(name, TinyPolicy(...))"
+)
+"""``actor_rollout_ref.model.path`` values that build a tiny policy locally -> how."""
+TINY_POLICIES.add(TINY_MODEL, TinyPolicy(build_tokenizer, build_model))
+TINY_POLICIES.add(TINY_VL_MODEL, TinyPolicy(build_vl_tokenizer, build_vl_model, build_vl_image_processor))
+TINY_POLICIES.add(
+    TINY_QWEN3_VL_MODEL,
+    TinyPolicy(partial(build_vl_tokenizer, "qwen3_vl"), build_qwen3_vl_model, build_qwen3_vl_image_processor),
+)

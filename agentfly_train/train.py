@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_train.build import RunData, make_codec, make_trainer, run_data
-from agentfly_train.config import TINY_MODEL, TINY_VL_MODEL, ConfigError, TrainConfig, ignored_settings
+from agentfly_train.config import ConfigError, TrainConfig, ignored_settings
 from agentfly_train.generation import GENERATION_BACKENDS
+from agentfly_train.tiny_model import TINY_POLICIES
 
 RESULT_FILE = "result.json"
 RUN_CONFIG_FILE = "config.json"
@@ -250,7 +251,7 @@ def pin_reference(config: TrainConfig, model: Any, run_dir: Path) -> None:
     from accelerate import PartialState
 
     path = run_dir / REFERENCE_DIR
-    if not (config.sft.enable or config.model_path in (TINY_MODEL, TINY_VL_MODEL) or path.is_dir()):
+    if not (config.sft.enable or config.model_path in TINY_POLICIES or path.is_dir()):
         return
     state = PartialState()
     if state.is_main_process and not (path / "config.json").is_file():

@@ -29,7 +29,13 @@ from agentfly_train.rollout import (
     trajectory_record,
 )
 from agentfly_train.rollout.stream import BatchedRequests, EpisodeStream, run_to_end
-from agentfly_train.tiny_model import add_vision_tokens, build_vl_image_processor, build_vl_model
+from agentfly_train.tiny_model import (
+    add_vision_tokens,
+    build_qwen3_vl_image_processor,
+    build_qwen3_vl_model,
+    build_vl_image_processor,
+    build_vl_model,
+)
 from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs, message_images
 from tests.conftest import readme_command, run_cli, runs_readme_command
 from tests.train.conftest import console_errors, open_page, quickstart_config, select
@@ -38,18 +44,31 @@ ENV_ID = "agentfly/MiniWoB-ClickButton"
 SCROLL = "Thought: I look further down.\nAction: scroll(start_box='(80,100)', direction='down')"
 
 
-@pytest.fixture(scope="module")
-def vision(tiny_tokenizer):
+def _vision(tiny_tokenizer, template: str, image_processor):
+    """``(tokenizer, images, codec, env)``: the tiny tokenizer with the vision tokens and ``template``, the image
+    inputs of ``image_processor``, their codec, and a screenshot env (closed after the module)."""
     try:
         require_miniwob()
     except Exception as error:  # the web extra or Chromium is missing
         pytest.skip(str(error))
-    tokenizer = add_vision_tokens(copy.deepcopy(tiny_tokenizer))
-    images = ImageInputs.from_tokenizer(build_vl_image_processor(), tokenizer)
+    tokenizer = add_vision_tokens(copy.deepcopy(tiny_tokenizer), template)
+    images = ImageInputs.from_tokenizer(image_processor, tokenizer)
     codec = ChatCodec(tokenizer, None, images=images)
     env = gym.make(ENV_ID, obs="screenshot", parser="gui", max_turns=3)
     yield tokenizer, images, codec, env
     env.close()
+
+
+@pytest.fixture(scope="module")
+def vision(tiny_tokenizer):
+    """Qwen2.5-VL's template and image processor (14-pixel patches)."""
+    yield from _vision(tiny_tokenizer, "qwen2_5_vl", build_vl_image_processor())
+
+
+@pytest.fixture(scope="module")
+def qwen3_vision(tiny_tokenizer):
+    """Qwen3-VL's template and image processor (16-pixel patches)."""
+    yield from _vision(tiny_tokenizer, "qwen3_vl", build_qwen3_vl_image_processor())
 
 
 class ScriptedPolicy:
@@ -210,12 +229,19 @@ def test_an_episode_within_max_images_is_one_growing_sequence(vision):
     assert trajectory.images == message_images(trajectory.messages) and len(trajectory.images) == 2
 
 
-def test_hf_sampling_with_images_scores_as_the_trainers_forward(vision):
+@pytest.mark.parametrize(
+    ("inputs", "build_model"),
+    [("vision", build_vl_model), ("qwen3_vision", build_qwen3_vl_model)],
+    ids=["qwen2.5-vl", "qwen3-vl"],
+)
+def test_hf_sampling_with_images_scores_as_the_trainers_forward(inputs, build_model, request):
     """Log-probabilities HF ``generate`` reports for two left-padded prompts with screenshots are those of one
     forward over prompt + completion with the pixel inputs and the image token types (M-RoPE positions), the image
-    token excluded; without the token types (1-D positions) they differ."""
-    tokenizer, images, codec, env = vision
-    model = build_vl_model(tokenizer, hidden_size=32, num_layers=1)
+    token excluded; without the token types (1-D positions) they differ (Qwen3-VL refuses). Qwen3-VL's forward also
+    takes the DeepStack features of the image tokens, which only fit where the expanded ids have one token per merged
+    patch."""
+    tokenizer, images, codec, env = request.getfixturevalue(inputs)
+    model = build_model(tokenizer, hidden_size=32, num_layers=1)
     with torch.no_grad():  # weights large enough that positions move the log-probabilities visibly
         for weight in model.parameters():
             weight.mul_(8 if weight.ndim == 2 else 1)
@@ -234,7 +260,11 @@ def test_hf_sampling_with_images_scores_as_the_trainers_forward(vision):
         pixels.pop("num_images")
         with torch.no_grad():
             mrope = _logprobs(model, images, ids, len(prompt), pixels, mm_token_type_ids=images.token_types(ids))
-            flat = _logprobs(model, images, ids, len(prompt), pixels)
+            try:
+                flat = _logprobs(model, images, ids, len(prompt), pixels)
+            except ValueError as error:  # Qwen3-VL refuses images without the token types
+                assert "mm_token_type_ids" in str(error) and inputs == "qwen3_vision"
+                flat = torch.full_like(mrope, float("inf"))
         torch.testing.assert_close(mrope, torch.tensor(generation.logprobs), atol=2e-4, rtol=0)
         assert (mrope - flat).abs().max() > 1e-3
 
@@ -373,15 +403,51 @@ def test_the_shipped_qwen2_5_vl_template_writes_one_image_token_per_image(vision
     assert "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Go.<|im_end|>\n" in text
 
 
+def test_a_qwen3_vl_episode_wraps_each_screenshot_observation_as_a_tool_response_in_a_user_turn(qwen3_vision):
+    """Qwen3-VL's template (``agent.template=qwen3-vl``): no default system prompt, the observation after each turn a
+    user turn holding ``<tool_response>`` around the screenshot's tokens (35 of them: 160 x 224 pixels, 10 x 14
+    patches of 16 merged 2 x 2), which are never trained, and the whole episode the template's rendering."""
+    tokenizer, images, codec, _ = qwen3_vision
+    trajectory, policy = _episode(qwen3_vision, max_images=None)
+    assert trajectory.reward == 1.0 and trajectory.num_turns == 2 and len(trajectory.images) == 2
+    per_image = images.tokens_per_image(trajectory.images[0])
+    assert per_image == (224 // 16) * (160 // 16) // 4 == 35
+    prompt = tokenizer.decode(trajectory.prompt_ids, skip_special_tokens=False)
+    assert prompt.startswith("<|im_start|>system\n") and "You are a helpful assistant." not in prompt
+    assert f"<|im_start|>user\n<|vision_start|>{'<|image_pad|>' * per_image}<|vision_end|>" in prompt
+    assert prompt.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    pad = images.image_token_id
+    in_completion = [n for n, token in enumerate(trajectory.completion_ids) if token == pad]
+    assert len(in_completion) == per_image and all(trajectory.env_mask[n] == 0 for n in in_completion)
+    observation = trajectory.completion_ids[in_completion[0] - 1 : in_completion[-1] + 2]
+    before = tokenizer.decode(trajectory.completion_ids[: in_completion[0] - 1], skip_special_tokens=False)
+    assert before.endswith("<|im_end|>\n<|im_start|>user\n<tool_response>\n")
+    assert tokenizer.decode(observation, skip_special_tokens=False) == (
+        f"<|vision_start|>{'<|image_pad|>' * per_image}<|vision_end|>"
+    )
+    after = tokenizer.decode(trajectory.completion_ids[in_completion[-1] + 2 :], skip_special_tokens=False)
+    assert after.split("\n</tool_response><|im_end|>\n<|im_start|>assistant\n")[1:]  # then the second turn
+    assert [len(given[0]) for given in policy.images] == [1, 2]
+    whole = codec.encode(codec.render(trajectory.messages, add_generation_prompt=False), trajectory.images)
+    ids = trajectory.prompt_ids + trajectory.completion_ids
+    assert whole[: len(ids)] == ids
+
+
 @pytest.mark.timeout(600)
 @runs_readme_command(
     "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-vl agent.env=agentfly/MiniWoB-ClickButton "
     "agent.agent_type=gui agent.template=qwen2.5-vl 'agent.env_kwargs={obs: screenshot}' agent.max_images=1 "
     "algorithm.adv_estimator=grpo agent.max_turns=2 agent.max_tokens_per_turn=32 agent.num_chains=2 "
-    "data.train_batch_size=2 data.val_size=0 trainer.total_training_steps=2"
+    "data.train_batch_size=2 data.val_size=0 trainer.total_training_steps=2",
+    "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-qwen3-vl "
+    "agent.env=agentfly/MiniWoB-ClickButton agent.agent_type=gui agent.template=qwen3-vl "
+    "'agent.env_kwargs={obs: screenshot}' "
+    "algorithm.adv_estimator=grpo agent.max_turns=2 agent.max_tokens_per_turn=32 agent.num_chains=2 "
+    "data.train_batch_size=2 data.val_size=0 trainer.total_training_steps=2",
 )
 def test_two_training_steps_on_screenshots_through_the_cli(tmp_path, readme, browser):
-    """``agent_type=gui``, ``template=qwen2.5-vl`` and ``obs=screenshot`` on the tiny VLM: two optimiser steps whose
+    """``agent_type=gui``, ``template=qwen2.5-vl`` (``qwen3-vl``) and ``obs=screenshot`` on the tiny Qwen2.5-VL
+    (Qwen3-VL): two optimiser steps whose
     loss ran the model on the batch's screenshots (a gradient flows), then ``final/`` is written with the image
     processor; the run's report, opened in headless Chromium, shows the saved training episodes' screenshots."""
     pytest.importorskip("miniwob")
