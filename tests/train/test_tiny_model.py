@@ -86,14 +86,15 @@ def test_a_saved_tiny_policy_reloads_with_the_same_token_ids(tmp_path, tiny_toke
     assert tokenizer(text)["input_ids"] == tiny_tokenizer(text)["input_ids"]
 
 
-def test_the_tiny_vlm_initialises_text_and_vision_weights_at_initializer_range(tiny_tokenizer):
+@pytest.mark.parametrize("model_path", ["agentfly:tiny-vl", "agentfly:tiny-qwen3-vl"])
+def test_the_tiny_vlms_initialise_text_and_vision_weights_at_initializer_range(tiny_tokenizer, model_path):
     import copy
 
-    from agentfly_train.tiny_model import add_vision_tokens, build_vl_model
+    from agentfly_train.tiny_model import TINY_POLICIES, add_vision_tokens
 
     tokenizer = add_vision_tokens(copy.deepcopy(tiny_tokenizer))
     for initializer_range in (0.02, 0.1):
-        model = build_vl_model(tokenizer, initializer_range=initializer_range)
+        model = TINY_POLICIES.get(model_path).model(tokenizer, initializer_range=initializer_range)
         for name in ("model.language_model.layers.0.mlp.up_proj.weight", "model.visual.patch_embed.proj.weight"):
             std = model.get_parameter(name).std().item()
             assert std == pytest.approx(initializer_range, rel=0.1), name
