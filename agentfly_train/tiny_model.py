@@ -236,6 +236,39 @@ def _vl_configs(tokenizer, hidden_size: int, num_layers: int, num_heads: int, in
     return text, vision, top, section
 
 
+def _qwen2_5_vl(text: dict, vision: dict, top: dict, section: list[int]):
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    config = Qwen2_5_VLConfig(
+        text_config={**text, "rope_scaling": {"type": "mrope", "mrope_section": section}},
+        vision_config={**vision, "fullatt_block_indexes": [0]},
+        **top,
+    )
+    return Qwen2_5_VLForConditionalGeneration(config)
+
+
+def _qwen3_vl(text: dict, vision: dict, top: dict, section: list[int]):
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    rope = {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": section, "mrope_interleaved": True}
+    config = Qwen3VLConfig(
+        text_config={**text, "head_dim": text["hidden_size"] // text["num_attention_heads"], "rope_parameters": rope},
+        vision_config={
+            **vision,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "num_position_embeddings": 64,  # an 8 x 8 grid of learned positions, interpolated to the image's
+            "deepstack_visual_indexes": [0],
+        },
+        **top,
+    )
+    return Qwen3VLForConditionalGeneration(config)
+
+
+VL_ARCHITECTURES = {"qwen2_5_vl": _qwen2_5_vl, "qwen3_vl": _qwen3_vl}
+"""``architecture`` of :func:`build_vl_model` -> the model built from the shared configuration parts."""
+
+
 def build_vl_model(
     tokenizer,
     hidden_size: int = 64,
@@ -243,10 +276,13 @@ def build_vl_model(
     num_heads: int = 4,
     seed: int = 0,
     initializer_range: float = 0.02,
+    architecture: str = "qwen2_5_vl",
 ):
-    """A randomly initialised ``Qwen2_5_VLForConditionalGeneration`` sized for CPU tests: the text model of
-    :func:`build_model`'s size with M-RoPE, and a one-block vision tower of width 32 (14-pixel patches, 2 x 2
-    merge) projecting into it.
+    """A randomly initialised vision-language model sized for CPU tests: the text model of :func:`build_model`'s
+    size with M-RoPE, and a one-block vision tower of width 32 projecting into it. ``qwen2_5_vl``:
+    ``Qwen2_5_VLForConditionalGeneration`` (14-pixel patches, 2 x 2 merge); ``qwen3_vl``:
+    ``Qwen3VLForConditionalGeneration`` (interleaved M-RoPE; 16-pixel patches, 2 x 2 merge; the block's features
+    also added to the first text layer's input: DeepStack).
 
     Args:
         tokenizer: A :func:`build_vl_tokenizer` tokenizer (vocabulary, special and vision token ids).
@@ -257,54 +293,16 @@ def build_vl_model(
         initializer_range: Standard deviation of the initial weights (transformers' default, 0.02, is sized for
             wide models: at this width the screenshots barely move the logits, and learning to read them stalls;
             about ``1 / sqrt(hidden_size)`` lets a short warm start and RL learn from them).
+        architecture: A key of :data:`VL_ARCHITECTURES`.
 
     Returns:
         The model, in float32, with ``generation_config`` stopping on ``<|im_end|>``.
     """
     import torch
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     torch.manual_seed(seed)
-    text, vision, top, section = _vl_configs(tokenizer, hidden_size, num_layers, num_heads, initializer_range)
-    config = Qwen2_5_VLConfig(
-        text_config={**text, "rope_scaling": {"type": "mrope", "mrope_section": section}},
-        vision_config={**vision, "fullatt_block_indexes": [0]},
-        **top,
-    )
-    return _stopping_on_eos(Qwen2_5_VLForConditionalGeneration(config), tokenizer)
-
-
-def build_qwen3_vl_model(
-    tokenizer,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    seed: int = 0,
-    initializer_range: float = 0.02,
-):
-    """A randomly initialised ``Qwen3VLForConditionalGeneration`` sized for CPU tests: the text model of
-    :func:`build_model`'s size with Qwen3-VL's interleaved M-RoPE, and a one-block vision tower of width 32
-    (16-pixel patches, 2 x 2 merge; its block's features are also added to the first text layer's input: DeepStack)
-    projecting into it. Arguments and returns: :func:`build_vl_model`'s (``tokenizer`` with the vision tokens).
-    """
-    import torch
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-
-    torch.manual_seed(seed)
-    text, vision, top, section = _vl_configs(tokenizer, hidden_size, num_layers, num_heads, initializer_range)
-    rope = {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": section, "mrope_interleaved": True}
-    config = Qwen3VLConfig(
-        text_config={**text, "head_dim": hidden_size // num_heads, "rope_parameters": rope},
-        vision_config={
-            **vision,
-            "patch_size": 16,
-            "spatial_merge_size": 2,
-            "num_position_embeddings": 64,  # an 8 x 8 grid of learned positions, interpolated to the image's
-            "deepstack_visual_indexes": [0],
-        },
-        **top,
-    )
-    return _stopping_on_eos(Qwen3VLForConditionalGeneration(config), tokenizer)
+    parts = _vl_configs(tokenizer, hidden_size, num_layers, num_heads, initializer_range)
+    return _stopping_on_eos(VL_ARCHITECTURES[architecture](*parts), tokenizer)
 
 
 @dataclass(frozen=True)
@@ -330,5 +328,9 @@ TINY_POLICIES.add(TINY_MODEL, TinyPolicy(build_tokenizer, build_model))
 TINY_POLICIES.add(TINY_VL_MODEL, TinyPolicy(build_vl_tokenizer, build_vl_model, build_vl_image_processor))
 TINY_POLICIES.add(
     TINY_QWEN3_VL_MODEL,
-    TinyPolicy(partial(build_vl_tokenizer, "qwen3_vl"), build_qwen3_vl_model, build_qwen3_vl_image_processor),
+    TinyPolicy(
+        partial(build_vl_tokenizer, "qwen3_vl"),
+        partial(build_vl_model, architecture="qwen3_vl"),
+        build_qwen3_vl_image_processor,
+    ),
 )
