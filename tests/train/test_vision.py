@@ -396,6 +396,48 @@ def test_image_max_pixels_scales_the_screenshot_for_tokens_and_pixels_alike(visi
     assert images.tokens_per_image(screen) == int(grid.prod()) // 4 < 48  # 48 at the processor's own limit
 
 
+def test_a_qwen3_vl_checkpoint_directory_loads_as_an_image_text_model_with_image_max_pixels(tmp_path, tiny_tokenizer):
+    """A directory laid out as a Qwen3-VL checkpoint (its preprocessor file as Qwen's: ``size`` in pixels, the
+    torchvision processor type) goes through the code of any checkpoint: an image-text-to-text model, the Pillow
+    processor with ``agent.image_max_pixels`` as its ``longest_edge``, and a forward whose expanded ids fit the
+    image features."""
+    from PIL import Image
+
+    from agentfly_train.models import load_policy, policy_images
+
+    tokenizer = add_vision_tokens(copy.deepcopy(tiny_tokenizer), "qwen3_vl")
+    build_vl_model(tokenizer, hidden_size=32, num_layers=1, architecture="qwen3_vl").save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    preprocessor = {
+        "image_processor_type": "Qwen2VLImageProcessorFast",
+        "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    }
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    overrides = [*_screenshot_overrides(), f"actor_rollout_ref.model.path={tmp_path}", "agent.template=qwen3-vl"]
+    config = quickstart_config([*overrides, f"agent.image_max_pixels={100 * 32 * 32}"])
+    model, tokenizer = load_policy(config)
+    images = policy_images(config, tokenizer)
+    assert type(model).__name__ == "Qwen3VLForConditionalGeneration"
+    assert type(images.image_processor).__name__ == "Qwen2VLImageProcessorPil"
+    assert images.image_processor.size.longest_edge == 100 * 32 * 32
+    screen = Image.new("RGB", (640, 480), "red")
+    pixels = images.pixel_inputs([[screen]])
+    pixels.pop("num_images")
+    per_image = images.tokens_per_image(screen)
+    assert per_image == int(pixels["image_grid_thw"][0].prod()) // 4 <= 100 < 640 * 480 // (32 * 32)
+    message = {"role": "user", "content": [{"type": "image", "image": screen}, {"type": "text", "text": "Go."}]}
+    text = tokenizer.apply_chat_template([message], add_generation_prompt=True, tokenize=False)
+    ids = torch.tensor([images.expand(tokenizer(text, add_special_tokens=False)["input_ids"], [screen])])
+    with torch.no_grad():
+        logits = model(input_ids=ids, **pixels, mm_token_type_ids=images.token_types(ids)).logits
+    assert logits.shape[:2] == ids.shape and text.startswith("<|im_start|>user\n<|vision_start|><|image_pad|>")
+
+
 def test_the_shipped_qwen2_5_vl_template_writes_one_image_token_per_image(vision):
     tokenizer = vision[0]
     message = {"role": "user", "content": [{"type": "image", "image": None}, {"type": "text", "text": "Go."}]}
