@@ -1197,11 +1197,6 @@ def _validate_images(config: TrainConfig, trains_critic: bool) -> None:
             "async_training.enable: the episode stream does not pass the screenshots (agent.env_kwargs.obs=screenshot) "
             "to the generator yet; set async_training.enable=false"
         )
-    if config.sft.enable:
-        raise ConfigError(
-            "sft.enable: the warm start does not yet pass the screenshots (agent.env_kwargs.obs=screenshot) to the "
-            "model; set sft.enable=false"
-        )
     if trains_critic:
         raise ConfigError(
             f"algorithm.adv_estimator={config.algorithm.adv_estimator} trains a critic, which does not see the "
