@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
+import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -202,10 +204,12 @@ def test_the_warm_starts_rows_of_a_screenshot_episode_are_the_rows_rl_trains_on(
     the same turns sampled: the same tokens, the images of each row, placeholder counts of ``tokens_per_image``, and
     loss only on the assistant's tokens (never an image token). With ``max_images=1`` each turn is a row in its own
     context, the first screenshot replaced by the placeholder text in the second; without a cap, one row. The
-    collator of the warm start hands the loss each row's pixel inputs and image token types."""
+    collator of the warm start hands the loss each row's pixel inputs and image token types, and the warm start's
+    loss on these rows changes when the screenshots do."""
+    from PIL import ImageOps
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from agentfly_train.sft import PixelCollator, golden_token_rows
+    from agentfly_train.sft import PixelCollator, golden_token_rows, warm_start
 
     tokenizer, images, codec, _ = vision
     env = gym.make("agentfly/MiniWoB-ClickCheckboxes", obs="screenshot", parser="gui", max_turns=3)
@@ -247,6 +251,15 @@ def test_the_warm_starts_rows_of_a_screenshot_episode_are_the_rows_rl_trains_on(
     assert torch.equal(batch["image_grid_thw"], pixels["image_grid_thw"])
     assert torch.equal(batch["mm_token_type_ids"], (batch["input_ids"] == pad).int())
     assert "num_images" not in batch and "row" not in batch
+
+    inverted = [row | {"images": [ImageOps.invert(image.convert("RGB")) for image in row["images"]]} for row in rows]
+    losses = []  # the warm start (TRL's SFTTrainer) on these rows, and on them with each screenshot inverted
+    for shown in (rows, inverted):
+        model = build_vl_model(tokenizer, hidden_size=32, num_layers=1, initializer_range=0.2)  # images matter
+        with tempfile.TemporaryDirectory() as scratch:
+            losses.append(warm_start(model, tokenizer, shown, steps=1, lr=1e-9, batch_size=len(rows),
+                                     output_dir=scratch, use_cpu=True, seed=0, images=images))  # fmt: skip
+    assert all(math.isfinite(loss) for loss in losses) and abs(losses[0] - losses[1]) > 1e-3  # 0.06, 0.015
 
 
 def test_an_episode_within_max_images_is_one_growing_sequence(vision):
