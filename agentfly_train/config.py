@@ -1199,11 +1199,6 @@ def _validate_images(config: TrainConfig, trains_critic: bool) -> None:
     """What a vision-language run cannot combine: the passes that run the model without its images."""
     if not config.agent.sees_images:
         return
-    if config.sft.enable:
-        raise ConfigError(
-            "sft.enable: the warm start does not yet pass the screenshots (agent.env_kwargs.obs=screenshot) to the "
-            "model; set sft.enable=false"
-        )
     if trains_critic:
         raise ConfigError(
             f"algorithm.adv_estimator={config.algorithm.adv_estimator} trains a critic, which does not see the "

@@ -1,10 +1,13 @@
 """Supervised warm start on an env's golden demonstrations, tokenised exactly as rollouts are.
 
-A golden episode is rendered turn by turn with the rollout's :class:`~agentfly_train.rollout.ChatCodec`
-(prompt, then each golden assistant turn through its end-of-turn token, written in the model family's own tool-call
-format as the chat template renders it with ``agent_type=hf``, then the env's observation turn), so the model learns
-the same token sequences it will sample; only assistant tokens carry loss. Training runs
-through TRL's ``SFTTrainer`` on the pre-tokenised rows (``input_ids`` + ``assistant_masks``).
+A golden episode is played through the rollout's own episode code with its
+:class:`~agentfly_train.rollout.ChatCodec` (prompt, then each golden assistant turn through its end-of-turn token,
+written in the model family's own tool-call format as the chat template renders it with ``agent_type=hf``, then the
+env's observation turn), so the model learns the same token sequences it will sample: screenshots as their
+placeholder tokens, and each turn a row of its own in the context it would be sampled in where the rollout rewrites
+the context (``agent.max_images``, ``agent.past_reasoning=drop``). Only assistant tokens carry loss. Training runs
+through TRL's ``SFTTrainer`` on the pre-tokenised rows (``input_ids`` + ``assistant_masks``); a vision-language
+policy's batches also get their rows' pixel inputs (:class:`PixelCollator`).
 
 Demonstrations may be imperfect on purpose (``guess_fraction``): the demonstrator skips the tools and answers with a
 guess. The guessed number itself carries no loss: the model learns the decision to skip the tools and the answer's
@@ -16,14 +19,19 @@ in 15 of 16, at the same number of steps).
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 
 from agentfly_envs.parsers import Action
 from agentfly_train.config import SFTWarmupConfig
-from agentfly_train.rollout import ChatCodec
+from agentfly_train.generation import Generation
+from agentfly_train.rollout import ChatCodec, RolloutBudgets, Trajectory, row_images, training_rows
+from agentfly_train.rollout.episode import record_turn, rewrites_context, start_episode, step_env
+from agentfly_train.vision import ImageInputs
 
 
 def golden_token_rows(
@@ -33,8 +41,16 @@ def golden_token_rows(
     guess_fraction: float = 0.0,
     seed: int = 0,
     wrong_guesses: bool = False,
-) -> list[dict[str, list[int]]]:
+    max_images: int | None = None,
+) -> list[dict[str, list[Any]]]:
     """Tokenised demonstrations: golden episodes, and optionally guesses.
+
+    Each demonstration is played through the rollout's own episode logic (:func:`~agentfly_train.rollout.episode.
+    start_episode`, :func:`~agentfly_train.rollout.episode.record_turn`), its assistant turns standing for sampled
+    ones, so its rows are those RL trains on: screenshots expanded to their placeholder tokens (never trained), and,
+    where the rollout rewrites the context between turns (past reasoning dropped, screenshots beyond ``max_images``),
+    one row per turn in the context the turn would have been sampled in
+    (:func:`~agentfly_train.rollout.training_rows`).
 
     Args:
         env: The env (its parser formats the golden calls).
@@ -50,19 +66,23 @@ def golden_token_rows(
             demonstration is often of the same task); a task no other answer differs from is demonstrated in full.
             These wrong answers are trained on: a model that has memorised the few tasks' answers must still learn
             that its guesses fail.
+        max_images: The rollout's cap on images in an episode's context (``agent.max_images``; ``None``: no cap).
 
     Returns:
-        Rows with ``input_ids`` (prompt + completion) and ``assistant_masks`` (1 on assistant tokens), in task order.
+        Rows with ``input_ids`` (prompt + completion) and ``assistant_masks`` (1 on assistant tokens), in task order
+        (a task's turns in order where each turn is a row); with a vision-language codec also ``images``, the
+        row's images in the order of their placeholder tokens (PIL images).
     """
     tool_env = env.unwrapped
     rng = random.Random(seed)
     guessed = set(rng.sample(range(len(tasks)), round(guess_fraction * len(tasks))))
     answers = [_golden_answer(tool_env, task) for task in tasks] if guessed else []
+    budgets = RolloutBudgets(max_turns=sys.maxsize, max_tokens_per_turn=sys.maxsize, response_length=sys.maxsize,
+                             max_images=max_images)  # fmt: skip
+    per_turn = rewrites_context(codec, max_images)
     rows = []
     for index, task in enumerate(tasks):
-        _, info = env.reset(options={"task": dict(task)})
-        ids = codec.prompt_ids(info["messages"])
-        mask = [0] * len(ids)
+        trajectory = start_episode(env, task, codec, max_images)
         guess = None
         if index in guessed and answers[index] is not None:
             if wrong_guesses:
@@ -72,16 +92,29 @@ def golden_token_rows(
                 guess = answers[(index + rng.randrange(1, len(tasks))) % len(tasks)]
         actions = [tool_env.answer_action(guess)] if guess is not None else tool_env.golden_actions()
         for action in actions:
-            turn, turn_mask = _assistant_turn(codec, action, None if wrong_guesses else guess)
-            ids += turn
-            mask += turn_mask
-            _, _, terminated, truncated, step_info = env.step(action)
-            if terminated or truncated:
+            ids, mask = _assistant_turn(codec, action, None if wrong_guesses else guess)
+            turn = Generation(ids, [0.0] * len(ids), stopped=True)
+            going = record_turn(trajectory, env, turn, action, step_env(env, action), codec, budgets)
+            span = trajectory.turn_spans[-1]
+            trajectory.env_mask[span.start : span.end] = mask  # the demonstrator's choice of the trained tokens
+            if not going:
                 break
-            observation = codec.observation_ids(step_info["messages"], closed_turn=True, action=action)
-            ids += observation
-            mask += [0] * len(observation)
-        rows.append({"input_ids": ids, "assistant_masks": mask})
+        rows += _demonstration_rows(trajectory, per_turn, codec.images is not None)
+    return rows
+
+
+def _demonstration_rows(trajectory: Trajectory, per_turn: bool, with_images: bool) -> list[dict[str, list[Any]]]:
+    """A demonstrated episode's rows as :func:`golden_token_rows` returns them, from the rollout's
+    :func:`~agentfly_train.rollout.training_rows` and :func:`~agentfly_train.rollout.row_images`."""
+    turns = len(trajectory.turn_spans) if per_turn else None
+    rollout_rows = training_rows([trajectory], turns)
+    images = row_images([trajectory], turns)
+    rows = []
+    for n, (prompt, completion, mask) in enumerate(
+        zip(rollout_rows["prompt_ids"], rollout_rows["completion_ids"], rollout_rows["env_mask"], strict=True)
+    ):
+        row = {"input_ids": [*prompt, *completion], "assistant_masks": [0] * len(prompt) + list(mask)}
+        rows.append(row | {"images": images[n]} if with_images else row)
     return rows
 
 
@@ -112,10 +145,40 @@ def _golden_answer(tool_env: Any, task: Mapping[str, Any]) -> str | None:
     return None if golden is None else golden.answer
 
 
+@dataclass(frozen=True)
+class PixelCollator:
+    """TRL's collator of pre-tokenised rows (``DataCollatorForLanguageModeling``: padding, labels from the
+    assistant masks), plus the pixel inputs of the batch's rows' images and their image token types
+    (``mm_token_type_ids``), as the RL loss forward passes them. The dataset's rows hold their index (``row``) into
+    ``images``, whose PIL images stay in memory, as the rollout's do, instead of a dataset column (which would make
+    ``SFTTrainer`` take the rows for raw vision data, to render and tokenise itself).
+
+    Attributes:
+        collate: TRL's collator.
+        images: Per dataset row, its images in the order of their placeholder tokens.
+        inputs: The policy's image inputs.
+    """
+
+    collate: Any
+    images: Sequence[Sequence[Any]]
+    inputs: ImageInputs
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        """The batch of ``examples`` (rows with ``input_ids``, ``labels`` and ``row``): TRL's padded ``input_ids``,
+        ``attention_mask`` and ``labels``, plus, where a row has images, ``pixel_values``, ``image_grid_thw`` and
+        ``mm_token_type_ids`` ((B, L) int, 1 on image tokens)."""
+        batch = self.collate(examples)
+        pixels = self.inputs.pixel_inputs([self.images[example["row"]] for example in examples])
+        if pixels:
+            pixels.pop("num_images")  # the model takes the batch's images in row order
+            batch |= pixels | {"mm_token_type_ids": self.inputs.token_types(batch["input_ids"])}
+        return batch
+
+
 def warm_start(
     model: Any,
     tokenizer: Any,
-    rows: Sequence[Mapping[str, list[int]]],
+    rows: Sequence[Mapping[str, list[Any]]],
     *,
     steps: int,
     lr: float,
@@ -126,6 +189,7 @@ def warm_start(
     bf16: bool = False,
     lr_scheduler_type: str = "linear",
     warmup_ratio: float = 0.05,
+    images: ImageInputs | None = None,
 ) -> float:
     """Fine-tunes ``model`` in place on tokenised demonstrations.
 
@@ -143,6 +207,8 @@ def warm_start(
         lr_scheduler_type: The rate after the warm-up: ``linear`` (to 0), ``cosine``, ``constant`` or
             ``constant_with_warmup`` (transformers' schedule names).
         warmup_ratio: Share of the steps over which the rate rises linearly to ``lr``.
+        images: A vision-language policy's image inputs: the loss forward gets the pixel inputs of the rows'
+            ``images`` (:class:`PixelCollator`).
 
     Returns:
         The mean training loss (nats per assistant token).
@@ -150,6 +216,7 @@ def warm_start(
     from datasets import Dataset
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
     from agentfly_train.trl_args import checkpointing_argument
 
@@ -169,9 +236,20 @@ def warm_start(
         bf16=bf16,
         seed=seed,
         max_length=None,
+        remove_unused_columns=images is None,  # the rows' ``row``, for the collator
     )
+    dataset = [{"input_ids": row["input_ids"], "assistant_masks": row["assistant_masks"]} for row in rows]
+    collator = None
+    if images is not None:
+        dataset = [row | {"row": n} for n, row in enumerate(dataset)]
+        pad = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+        collator = PixelCollator(DataCollatorForLanguageModeling(pad), [row["images"] for row in rows], images)
     trainer = SFTTrainer(
-        model=model, args=args, train_dataset=Dataset.from_list(list(rows)), processing_class=tokenizer
+        model=model,
+        args=args,
+        data_collator=collator,
+        train_dataset=Dataset.from_list(dataset),
+        processing_class=tokenizer,
     )
     trainer.remove_callback(PrinterCallback)  # its raw log dicts on stdout; the run reports the mean loss
     result = trainer.train()
@@ -191,6 +269,7 @@ def warm_start_on_demonstrations(
     use_cpu: bool,
     seed: int,
     bf16: bool = False,
+    max_images: int | None = None,
 ) -> tuple[Any, float]:
     """The ``sft.*`` warm start: the first ``sft.golden_fraction`` of ``sft.steps`` on golden episodes, the rest on
     the demonstrations with ``sft.guess_fraction`` guesses. Each phase warms up; the golden phase then holds the
@@ -207,6 +286,7 @@ def warm_start_on_demonstrations(
         use_cpu: Train on CPU.
         seed: Seed of the guesses, the data order and dropout.
         bf16: bfloat16 mixed precision.
+        max_images: The rollout's cap on images in an episode's context (``agent.max_images``).
 
     Returns:
         ``(model, loss)``: the fine-tuned policy, whole (a copy where FSDP2 sharded it: each phase's trainer
@@ -223,10 +303,11 @@ def warm_start_on_demonstrations(
     total = 0.0
     for guess_fraction, steps, schedule in phases:
         if steps:
-            rows = golden_token_rows(env, codec, tasks, guess_fraction, seed)
+            rows = golden_token_rows(env, codec, tasks, guess_fraction, seed, max_images=max_images)
             loss = warm_start(model, tokenizer, rows, steps=steps, lr=sft.lr, batch_size=sft.batch_size,
                               output_dir=output_dir, use_cpu=use_cpu, seed=seed, bf16=bf16,
-                              lr_scheduler_type=schedule, warmup_ratio=sft.warmup_ratio)  # fmt: skip
+                              lr_scheduler_type=schedule, warmup_ratio=sft.warmup_ratio,
+                              images=codec.images)  # fmt: skip
             total += loss * steps
             model = unsharded_copy(model)  # collective under FSDP2: every process runs the same phases
     return model, total / sft.steps

@@ -177,6 +177,7 @@ def _warm_start(
             use_cpu=use_cpu,
             seed=config.trainer.seed,
             bf16=bf16,
+            max_images=config.agent.max_images,
         )
 
 

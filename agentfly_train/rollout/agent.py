@@ -11,7 +11,7 @@ from agentfly_envs.runtime import EnvPool
 from agentfly_train.generation.base import GenerationBackend, SamplingParams
 from agentfly_train.rollout.asynchronous import run_rollouts_async
 from agentfly_train.rollout.codec import ChatCodec
-from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, summarize
+from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, rewrites_context, summarize
 from agentfly_train.rollout.sync import run_rollouts
 
 
@@ -43,8 +43,7 @@ class AgentRollout:
         """Rows per episode when each turn trains in its own context (the turn budget), or ``None`` for one row per
         episode: the context is rewritten between turns when the codec drops past reasoning or when screenshots
         beyond ``budgets.max_images`` are dropped (:func:`~agentfly_train.rollout.training_rows`)."""
-        drops_images = self.codec.images is not None and self.budgets.max_images is not None
-        return self.budgets.max_turns if self.codec.drops_reasoning or drops_images else None
+        return self.budgets.max_turns if rewrites_context(self.codec, self.budgets.max_images) else None
 
     def run(
         self,

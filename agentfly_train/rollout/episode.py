@@ -272,6 +272,13 @@ def record_turn(
     return True
 
 
+def rewrites_context(codec: ChatCodec, max_images: int | None) -> bool:
+    """Whether the context of an episode is rewritten between turns: the codec drops past reasoning, or screenshots
+    beyond ``max_images`` are dropped (:attr:`RolloutBudgets.max_images`). Each turn is then trained as its own row,
+    in the context it was sampled in (:func:`training_rows` with ``turns``)."""
+    return codec.drops_reasoning or (codec.images is not None and max_images is not None)
+
+
 def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) -> dict[str, list[Any]]:
     """The rows the trainer trains on (TRL's ``rollout_func`` output), episodes in order.
 
@@ -279,7 +286,8 @@ def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) 
         trajectories: Finished episodes.
         turns: ``None``: one row per episode, its prompt and whole completion (its context never rewritten). A
             number (the turn budget; past reasoning or old screenshots dropped): that many rows per episode, one per
-            turn, each the context the turn was sampled after (``prompt_ids``) and its sampled tokens; a turn the
+            turn, each the context the turn was sampled after (``prompt_ids``) and its sampled tokens (with their
+            ``env_mask``: 1, or where a golden demonstration masks some out of its loss); a turn the
             episode did not take is a row of one token with ``env_mask = 0`` (nothing trained).
 
     Returns:
@@ -304,7 +312,7 @@ def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) 
             continue
         for span in t.turn_spans[:turns]:
             start, end = span.start, span.end
-            add(span.context, t.completion_ids[start:end], t.logprobs[start:end], [1] * (end - start), t.reward)
+            add(span.context, t.completion_ids[start:end], t.logprobs[start:end], t.env_mask[start:end], t.reward)
         for _ in range(turns - len(t.turn_spans)):
             add(t.prompt_ids, (t.completion_ids or t.prompt_ids)[-1:], [0.0], [0], t.reward)
     return rows
