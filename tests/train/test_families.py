@@ -308,6 +308,7 @@ def test_dropped_past_reasoning_is_the_prompt_at_rollout_and_in_training(name):
 
     from agentfly_train.generation import SamplingParams
     from agentfly_train.rollout import RolloutBudgets, run_rollouts, training_rows
+    from agentfly_train.sft import golden_token_rows
 
     tokenizer = family_tokenizer(name)
     env = gym.make("agentfly/Arith-Calc", parser="tool_calls", level="single")
@@ -331,6 +332,20 @@ def test_dropped_past_reasoning_is_the_prompt_at_rollout_and_in_training(name):
         assert ("Multiply the two numbers." in second) is not drop  # the call itself stays:
         assert codec.decode(turns[0])["tool_calls"][0]["function"]["arguments"]["expression"] in second
         turns_of[drop] = (episode, backend.prompts, turns)
+        # the warm start's rows of the golden episode are the rows RL trains on: per turn where reasoning is dropped
+        golden_turns = [codec.turn_ids(golden[0]), codec.turn_ids(answer)]
+        with ThreadPoolExecutor(1) as executor:
+            (played,) = run_rollouts(
+                [env], [info["task"]], ReplayBackend(list(golden_turns)), codec, budgets, SamplingParams(), executor
+            )
+        expected = training_rows([played], turns=2 if drop else None)
+        demos = golden_token_rows(env, codec, [info["task"]])
+        assert [row["input_ids"] for row in demos] == [
+            p + c for p, c in zip(expected["prompt_ids"], expected["completion_ids"], strict=True)
+        ]
+        assert [sum(row["assistant_masks"]) for row in demos] == (
+            [len(t) for t in golden_turns] if drop else [sum(map(len, golden_turns))]
+        )
     episode, prompts, turns = turns_of[True]
     rows = training_rows([episode], turns=3)  # the prompts the trainer trains each turn after are the rollout's
     assert rows["prompt_ids"][:2] == prompts and rows["completion_ids"][:2] == turns
