@@ -161,6 +161,22 @@ def test_vlm_step_benchmark(readme, tmp_path):
     assert "against text" in out and "as pixel inputs" in out
 
 
+@pytest.mark.slow
+@runs_readme_command(
+    "python benchmarks/vlm_memory.py --episodes 64 --baseline-episodes 8 --out benchmarks/results/vlm_memory.json"
+)
+def test_vlm_memory_benchmark(readme, tmp_path):
+    """Both steps at 16 and 8 episodes: two turns each, a screenshot per turn, and each process's own peak."""
+    pytest.importorskip("PIL", reason='needs Pillow (the "web" extra)')
+    result_file = tmp_path / "memory.json"
+    command = readme_command(readme, {"--episodes": "16", "--out": str(result_file)})
+    out = run_script(*command.argv[1:])
+    runs = json.loads(result_file.read_text())["runs"]
+    assert [run["episodes"] for run in runs] == [8, 16] and all(run["turns_mean"] == 2.0 for run in runs)
+    assert all(500 < run["peak_rss_mib"] < 8 * 1024 for run in runs)  # the model and libraries, within the budget
+    assert "16 against 8 episodes" in out and "of the 8 GiB budget" in out
+
+
 @needs_textarena
 @runs_readme_command(
     "python benchmarks/world_throughput.py --games --puzzles TowerOfHanoi FrozenLake Mastermind Sokoban Minesweeper "

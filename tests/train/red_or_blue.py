@@ -1,7 +1,7 @@
-"""A one-turn task that only the screenshot answers, for the vision-language learning test and benchmark: the screen
+"""A task that only the screenshot answers, for the vision-language learning test and benchmarks: the screen
 shows a square, red or blue, and the question (the same text for every task) asks which, answered ``1`` (red) or
-``2`` (blue). Importing this module registers ``agentfly/TestRedOrBlue``; the CLI imports it with
-``agent.imports=[tests/train/red_or_blue.py]``.
+``2`` (blue); with ``rounds=N``, N screens one after the other, each answered in its own turn. Importing this module
+registers ``agentfly/TestRedOrBlue``; the CLI imports it with ``agent.imports=[tests/train/red_or_blue.py]``.
 
 :func:`warm_start` writes the tiny vision-language policy the RL run starts from: it answers in the task's format and,
 greedy, says ``1`` to every screen (accuracy 1/2); what RL adds to that can only come from the image.
@@ -39,59 +39,87 @@ class RedOrBlueTasks:
         return {"colour": list(ANSWERS)[index % len(ANSWERS)], "index": index, "task_seed": self.task_seed}
 
 
-def screen(row: Mapping[str, Any]) -> Any:
-    """The row's screen: a light grey ``SIDE`` x ``SIDE`` image with a square of 5/8 to all of its side, of a shade of
-    the row's colour (a ``PIL.Image``)."""
+def screen(row: Mapping[str, Any], size: tuple[int, int] = (SIDE, SIDE)) -> Any:
+    """The row's screen: a light grey image of ``size`` (width, height) pixels with a square of 5/8 to all of its
+    shorter side, of a shade of the row's colour (a ``PIL.Image``)."""
     from PIL import Image, ImageDraw
 
     rng = random.Random(f"{row['task_seed']}/{row['index']}")
-    image = Image.new("RGB", (SIDE, SIDE), (230, 230, 230))
-    size = rng.randint(SIDE * 5 // 8, SIDE)
-    left, top = rng.randint(0, SIDE - size), rng.randint(0, SIDE - size)
+    width, height = size
+    image = Image.new("RGB", size, (230, 230, 230))
+    side = rng.randint(min(size) * 5 // 8, min(size))
+    left, top = rng.randint(0, width - side), rng.randint(0, height - side)
     low, high = rng.randint(0, 60), rng.randint(180, 240)
     fill = (high, low, rng.randint(0, 60)) if row["colour"] == "red" else (rng.randint(0, 60), low, high)
-    ImageDraw.Draw(image).rectangle([left, top, left + size - 1, top + size - 1], fill=fill)
+    ImageDraw.Draw(image).rectangle([left, top, left + side - 1, top + side - 1], fill=fill)
     return image
 
 
 class RedOrBlue(gym.Env):
-    """One turn: the user message holds the screen (an image part) and :data:`QUESTION`; the reward is 1 when the
-    turn's text is the colour's answer (:data:`ANSWERS`), else 0.
+    """The user message holds the screen (an image part) and :data:`QUESTION`; after each answer but the last round's,
+    a tool message brings the next round's screen and the question again. The reward is the share of rounds whose
+    turn's text was the colour's answer (:data:`ANSWERS`).
 
     Args:
         num_tasks: How many tasks the env addresses by index.
         task_seed: Seed of the screens' shades, sizes and places.
         parser: The agent type's parser, by name (the trainer's codec reads its format; the answer is plain text).
-        Other keyword arguments (the trainer's ``max_turns``, ``obs``) are accepted and unused: one turn, and the
-        screen is always an image.
+        rounds: Screens per episode, one turn each (a later round's colour is drawn from the task's seed).
+        screen_size: The screens' (width, height) in pixels.
+        Other keyword arguments (the trainer's ``max_turns``, ``obs``) are accepted and unused: the screen is always
+        an image.
     """
 
     truncation_reward = 0.0
 
-    def __init__(self, num_tasks: int = 64, task_seed: int = 0, parser: str = "gui", **_: Any) -> None:
+    def __init__(
+        self,
+        num_tasks: int = 64,
+        task_seed: int = 0,
+        parser: str = "gui",
+        rounds: int = 1,
+        screen_size: tuple[int, int] = (SIDE, SIDE),
+        **_: Any,
+    ) -> None:
         from agentfly_envs.parsers import get_parser
 
         self.parser = get_parser(parser)
         self.tasks = RedOrBlueTasks(num_tasks, task_seed)
+        self.rounds, self.screen_size = rounds, tuple(screen_size)
         self.observation_space = spaces.Text(max_length=1, min_length=0)
         self.action_space = spaces.Text(max_length=64, min_length=0)
-        self._answer = ""
+        self._screens: list[dict[str, Any]] = []
+        self._turn = self._correct = 0
 
     def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None):
         super().reset(seed=seed)
         options = options or {}
         row = options.get("task") or self.tasks.row(options.get("index", 0))
-        self._answer = ANSWERS[row["colour"]]
-        content = [{"type": "image", "image": screen(row)}, {"type": "text", "text": QUESTION}]
-        return "", {"messages": [{"role": "user", "content": content}], "tools": []}
+        rng = random.Random(f"rounds/{row['task_seed']}/{row['index']}")
+        later = [
+            {**row, "colour": rng.choice(list(ANSWERS)), "index": f"{row['index']}/{n}"} for n in range(1, self.rounds)
+        ]
+        self._screens, self._turn, self._correct = [row, *later], 0, 0
+        return "", {"messages": [{"role": "user", "content": self._content()}], "tools": []}
 
     def step(self, action: Any):
         text = action if isinstance(action, str) else action.get("content") or ""
-        reward = float(text.strip() == self._answer)
+        self._correct += text.strip() == ANSWERS[self._screens[self._turn]["colour"]]
+        self._turn += 1
+        if self._turn < self.rounds:
+            message = {"role": "tool", "name": "screen", "content": self._content()}
+            return "", 0.0, False, False, {"messages": [message], "reward_components": {}}
+        reward = self._correct / self.rounds
         return "", reward, True, False, {"messages": [], "reward_components": {"correct": reward}}
 
     def golden_actions(self) -> list[str]:
-        return [self._answer]
+        """The answers of the rounds left."""
+        return [ANSWERS[row["colour"]] for row in self._screens[self._turn :]]
+
+    def _content(self) -> list[dict[str, Any]]:
+        """The current round's screen and the question."""
+        return [{"type": "image", "image": screen(self._screens[self._turn], self.screen_size)},
+                {"type": "text", "text": QUESTION}]  # fmt: skip
 
 
 if ENV_ID not in gym.registry:
