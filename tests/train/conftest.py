@@ -3,10 +3,12 @@ Chromium for the run report."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,33 @@ from tests.conftest import REPO_ROOT, run_cli  # noqa: F401  (run_cli: the train
 def quickstart_config(overrides: Sequence[str] = ()) -> TrainConfig:
     """The quickstart preset (``python -m agentfly_train`` with no arguments) with ``overrides`` on top."""
     return load_config(overrides, [QUICKSTART])
+
+
+def sync_and_on_policy_async(overrides: Sequence[str], tmp_path: Path) -> tuple[Path, Path]:
+    """Runs the quickstart job with ``overrides`` in this process twice, on the synchronous schedule and on the
+    asynchronous one with on-policy settings (nothing ahead, nothing stale, the trainer's log-probs as PPO's old
+    ones); their run directories, ``(sync, async)``."""
+    from agentfly_train.train import run
+
+    directories = (tmp_path / "sync", tmp_path / "async")
+    on_policy = ["async_training.enable=true", "async_training.staleness_threshold=0",
+                 "async_training.max_staleness=0", "async_training.use_rollout_log_probs=false"]  # fmt: skip
+    for directory, extra in zip(directories, ([], on_policy), strict=True):
+        run(quickstart_config([*overrides, *extra, f"trainer.default_local_dir={directory}"]), show_progress=False)
+    return directories
+
+
+def step_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The optimiser steps' records of ``run_dir``'s ``metrics.jsonl``."""
+    records = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    return [record for record in records if "loss" in record]
+
+
+def final_weights(run_dir: Path) -> dict[str, Any]:
+    """The tensors of ``run_dir``'s ``final/model.safetensors``, by name."""
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "final" / "model.safetensors"))
 
 
 def learning_tasks(num_tasks: int = 2) -> tuple[str, ...]:

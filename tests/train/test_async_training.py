@@ -8,7 +8,6 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -20,10 +19,9 @@ from agentfly_train.config import AsyncTrainingConfig, ConfigError
 from agentfly_train.generation import SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts
 from agentfly_train.rollout.stream import BatchedRequests, EpisodeStream
-from agentfly_train.train import run
 from agentfly_train.trainer.schedules import AsyncSchedule
 from tests.conftest import SMALL_VLLM_ENGINE, noise_lines
-from tests.train.conftest import quickstart_config, run_cli
+from tests.train.conftest import final_weights, quickstart_config, run_cli, step_records, sync_and_on_policy_async
 from tests.train.test_rollout import ENV_ID, ScriptedPolicy, golden_scripts
 
 BUDGETS = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=512)
@@ -197,16 +195,6 @@ def test_settings_async_training_refuses_are_one_line_config_errors(overrides, m
     assert "\n" not in str(error.value)
 
 
-def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(run_dir / "final" / "model.safetensors"))
-
-
-def _steps(run_dir: Path) -> list[dict]:
-    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
-
-
 def test_async_with_max_staleness_0_equals_sync_under_greedy_decoding(tmp_path):
     """On-policy settings (``staleness_threshold=0 max_staleness=0``, HF, in file order): the same episodes, the
     same rollout-correction weights (from the behaviour log-probs) and the same updated weights as the synchronous
@@ -224,22 +212,14 @@ def test_async_with_max_staleness_0_equals_sync_under_greedy_decoding(tmp_path):
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return (len(solution_str) % 7) / 7\n")  # fmt: skip
     common.append(f"custom_reward_function.path={reward}")
-    sync, asynchronous = tmp_path / "sync", tmp_path / "async"
-    run(quickstart_config([*common, f"trainer.default_local_dir={sync}"]), show_progress=False)
-    run(
-        quickstart_config([
-            *common, "async_training.enable=true", "async_training.staleness_threshold=0",
-            "async_training.max_staleness=0", "async_training.use_rollout_log_probs=false",
-            f"trainer.default_local_dir={asynchronous}",
-        ]),
-        show_progress=False,
-    )  # fmt: skip
-    for a, s in zip(_steps(asynchronous), _steps(sync), strict=True):
+    sync, asynchronous = sync_and_on_policy_async(common, tmp_path)
+    sync_steps, async_steps = step_records(sync), step_records(asynchronous)
+    for a, s in zip(async_steps, sync_steps, strict=True):
         for key in ("reward/mean", "episode/response_length", "rollout_corr/rollout_is_mean", "actor/pg_loss"):
             assert a[key] == pytest.approx(s[key], abs=1e-6), key
         assert a["async/staleness_max"] == 0 and a["async/dropped"] == 0
-    assert all(s["grad_norm"] > 0 for s in _steps(sync))  # the policy moved
-    weights_async, weights_sync = _final_weights(asynchronous), _final_weights(sync)
+    assert all(s["grad_norm"] > 0 for s in sync_steps)  # the policy moved
+    weights_async, weights_sync = final_weights(asynchronous), final_weights(sync)
     for name, tensor in weights_sync.items():
         torch.testing.assert_close(weights_async[name], tensor, atol=1e-6, rtol=1e-5)
 
@@ -262,7 +242,7 @@ def test_one_step_off_on_vllm_through_the_cli(tmp_path):
     done = run_cli([sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart", *overrides])
     assert done.returncode == 0, done.stderr[-3000:]
     assert noise_lines(done.stdout + done.stderr) == []
-    steps = _steps(tmp_path)
+    steps = step_records(tmp_path)
     assert [s["step"] for s in steps] == [1, 2]
     assert steps[0]["rollout/logprob_diff_max"] < 1e-3
     assert [(s["async/staleness_max"], s["async/dropped"]) for s in steps] == [(0, 0), (1, 0)]

@@ -40,7 +40,15 @@ from agentfly_train.tiny_model import (
 )
 from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs, message_images
 from tests.conftest import readme_command, run_cli, runs_readme_command
-from tests.train.conftest import console_errors, open_page, quickstart_config, select
+from tests.train.conftest import (
+    console_errors,
+    final_weights,
+    open_page,
+    quickstart_config,
+    select,
+    step_records,
+    sync_and_on_policy_async,
+)
 
 ENV_ID = "agentfly/MiniWoB-ClickButton"
 SCROLL = "Thought: I look further down.\nAction: scroll(start_box='(80,100)', direction='down')"
@@ -396,9 +404,6 @@ def test_async_on_screenshots_with_max_staleness_0_equals_sync_under_greedy_deco
     """Screenshots through the CLI's off-policy schedule (``async_training.enable=true``, on-policy settings, HF,
     greedy): two steps give the same rewards, losses, importance weights and updated weights as the synchronous
     schedule, so the stream sampled from the screenshots the trainer's loss then read."""
-    from safetensors.torch import load_file
-
-    from agentfly_train.train import run
     from tests.train.red_or_blue import ENV_ID as RED_OR_BLUE
 
     common = _screenshot_overrides(
@@ -417,27 +422,17 @@ def test_async_on_screenshots_with_max_staleness_0_equals_sync_under_greedy_deco
         "algorithm.rollout_correction.rollout_is=token",
         "trainer.total_training_steps=2",
     )
-    runs = {"sync": tmp_path / "sync", "async": tmp_path / "async"}
-    run(quickstart_config([*common, f"trainer.default_local_dir={runs['sync']}"]), show_progress=False)
-    run(
-        quickstart_config([
-            *common, "async_training.enable=true", "async_training.staleness_threshold=0",
-            "async_training.max_staleness=0", "async_training.use_rollout_log_probs=false",
-            f"trainer.default_local_dir={runs['async']}",
-        ]),
-        show_progress=False,
-    )  # fmt: skip
-    steps = {name: [r for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
-             for name, d in runs.items()}  # fmt: skip
+    sync, asynchronous = sync_and_on_policy_async(common, tmp_path)
+    steps = {"sync": step_records(sync), "async": step_records(asynchronous)}
     assert len(steps["sync"]) == len(steps["async"]) == 2
     for a, s in zip(steps["async"], steps["sync"], strict=True):
         for key in ("reward/mean", "episode/response_length", "rollout_corr/rollout_is_mean", "actor/entropy"):
             assert a[key] == pytest.approx(s[key], abs=1e-5), key
         assert a["async/staleness_max"] == 0 and a["async/dropped"] == 0
     assert all(step["grad_norm"] > 0 for step in steps["sync"])  # the policy moved
-    final = {name: load_file(str(d / "final" / "model.safetensors")) for name, d in runs.items()}
-    for name, tensor in final["sync"].items():
-        torch.testing.assert_close(final["async"][name], tensor, atol=1e-6, rtol=1e-5)
+    weights_async = final_weights(asynchronous)
+    for name, tensor in final_weights(sync).items():
+        torch.testing.assert_close(weights_async[name], tensor, atol=1e-6, rtol=1e-5)
 
 
 def test_a_text_model_on_screenshots_is_a_one_line_config_error(vision):
