@@ -101,47 +101,50 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     Returns:
         The :class:`RunResult` (also saved as ``result.json`` in the run directory).
     """
-    from accelerate import PartialState
-    from transformers import set_seed
-
-    from agentfly_train.checkpoints import remove_leftovers
     from agentfly_train.config import load_user_code
-    from agentfly_train.models import add_stop_tokens, load_policy, training_device
-    from agentfly_train.trl_args import grpo_config
 
     load_user_code(config)  # loaded already where the configuration was read; not on a Ray Train worker
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
-    _quiet_libraries()
-    device = training_device(config)
-    world_size = PartialState(cpu=device == "cpu").num_processes
-    _check_world(config, world_size, device)
-    if PartialState().is_main_process:
-        for note in ignored_settings(config, world_size):
-            print(f"note: {note}", file=sys.stderr)
-    args = grpo_config(config, world_size, device)  # fails on bad sizes before any model is loaded
-    checkpoint, resume_line = resume_checkpoint(config)
-    if PartialState().is_main_process:
-        remove_leftovers(config.trainer.default_local_dir)
-        if resume_line is not None:
-            print(resume_line, file=sys.stderr)
-    set_seed(config.trainer.seed)
-    run_dir = Path(config.trainer.default_local_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / RUN_CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2))
+    data = run_data(config)  # missing or malformed data fails here, in seconds: before transformers and TRL load
+    try:
+        from accelerate import PartialState
+        from transformers import set_seed
 
-    data = run_data(config)
-    GENERATION_BACKENDS.get(config.backend).preflight(config)
-    model, tokenizer = load_policy(config)
-    codec = make_codec(config, tokenizer, data.env, data.train[0])
-    add_stop_tokens(model, codec.stop_token_ids)
-    if codec.note and PartialState().is_main_process:
-        print(f"note: {codec.note}", file=sys.stderr)
-    result = RunResult(run_dir=str(run_dir))
-    if config.sft.enable and checkpoint is None:
-        model, result.sft_loss = _warm_start(
-            config, model, tokenizer, codec, data, use_cpu=device == "cpu", bf16=args.bf16
-        )
-    data.env.close()
+        from agentfly_train.checkpoints import remove_leftovers
+        from agentfly_train.models import add_stop_tokens, load_policy, training_device
+        from agentfly_train.trl_args import grpo_config
+
+        _quiet_libraries()
+        device = training_device(config)
+        world_size = PartialState(cpu=device == "cpu").num_processes
+        _check_world(config, world_size, device)
+        if PartialState().is_main_process:
+            for note in ignored_settings(config, world_size):
+                print(f"note: {note}", file=sys.stderr)
+        args = grpo_config(config, world_size, device)  # fails on bad sizes before any model is loaded
+        checkpoint, resume_line = resume_checkpoint(config)
+        if PartialState().is_main_process:
+            remove_leftovers(config.trainer.default_local_dir)
+            if resume_line is not None:
+                print(resume_line, file=sys.stderr)
+        set_seed(config.trainer.seed)
+        run_dir = Path(config.trainer.default_local_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / RUN_CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2))
+
+        GENERATION_BACKENDS.get(config.backend).preflight(config)
+        model, tokenizer = load_policy(config)
+        codec = make_codec(config, tokenizer, data.env, data.train[0])
+        add_stop_tokens(model, codec.stop_token_ids)
+        if codec.note and PartialState().is_main_process:
+            print(f"note: {codec.note}", file=sys.stderr)
+        result = RunResult(run_dir=str(run_dir))
+        if config.sft.enable and checkpoint is None:
+            model, result.sft_loss = _warm_start(
+                config, model, tokenizer, codec, data, use_cpu=device == "cpu", bf16=args.bf16
+            )
+    finally:
+        data.env.close()  # the rollouts make their own envs; a web env's browser goes with this one, also on error
     if args.beta and config.actor_rollout_ref.model.lora_rank == 0:
         pin_reference(config, model, run_dir)
 
