@@ -139,7 +139,9 @@ def test_groups_older_than_max_staleness_are_dropped_and_counted(scripted, max_s
         assert trained_versions == {1}
     else:
         assert metrics["async/dropped"] == 0 and metrics["async/staleness_mean"] == 1
-        assert trained_versions == {0}
+        # started at version 0; a turn still in flight at the update is sampled at version 1 (a partial rollout):
+        # the envs' steps finish in threads, in any order, so a group may or may not have ended before it
+        assert min(trained_versions) == 0 and trained_versions <= {0, 1}
     assert 0 <= metrics["timing/generator_idle_frac"] <= 1 and 0 < metrics["timing/trainer_idle_frac"] <= 1
     state = schedule.state_dict()
     resumed = AsyncSchedule(schedule.settings, schedule.rows, prompts_per_step=1, shuffle=False)
