@@ -98,13 +98,14 @@ class ImageInputs:
         return out
 
     def spans(self, ids: Sequence[int], images: Sequence[Any]) -> list[tuple[int, int]]:
-        """Per image of ``images`` (those of ``ids``, in order), where its tokens are in ``ids``: ``(start, end)``
-        around its run of placeholder tokens and the markers right before and after it (example:
+        """Per image of ``images`` (the first images of ``ids``, in order), where its tokens are in ``ids``:
+        ``(start, end)`` around its run of placeholder tokens and the markers right before and after it (example:
         :meth:`drop_oldest`)."""
         before, after = self.marker_ids
+        ids = list(ids)
         spans, position = [], 0
         for image in images:
-            start = list(ids).index(self.image_token_id, position)
+            start = ids.index(self.image_token_id, position)
             end = start + self.tokens_per_image(image)
             start -= int(before is not None and start > 0 and ids[start - 1] == before)
             end += int(after is not None and end < len(ids) and ids[end] == after)
@@ -134,7 +135,7 @@ class ImageInputs:
         dropped = max(len(images) - keep, 0)
         out: list[int] = []
         position = 0
-        for start, end in self.spans(ids, images)[:dropped]:
+        for start, end in self.spans(ids, images[:dropped]):
             out += [*ids[position:start], *placeholder_ids]
             position = end
         return [*out, *ids[position:]], list(images[dropped:])

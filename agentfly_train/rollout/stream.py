@@ -221,7 +221,7 @@ class EpisodeStream:
             prompt,
             turn_budget(episode.trajectory, self.budgets),
             episode.params,
-            **({"images": list(images)} if images else {}),
+            **({"images": images} if images else {}),
         )
 
     def _advance(self, key: int, generation: Generation, text: str, stepped: StepResult | None, version: int) -> None:
