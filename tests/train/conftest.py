@@ -3,7 +3,6 @@ Chromium for the run report."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -37,8 +36,9 @@ def sync_and_on_policy_async(overrides: Sequence[str], tmp_path: Path) -> tuple[
 
 def step_records(run_dir: Path) -> list[dict[str, Any]]:
     """The optimiser steps' records of ``run_dir``'s ``metrics.jsonl``."""
-    records = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-    return [record for record in records if "loss" in record]
+    from agentfly_train.callbacks import MetricsFile
+
+    return [record for record in MetricsFile(run_dir / "metrics.jsonl").read() if "loss" in record]
 
 
 def final_weights(run_dir: Path) -> dict[str, Any]:

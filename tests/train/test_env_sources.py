@@ -13,10 +13,9 @@ import pytest
 
 from agentfly_envs.errors import TaskFormatError
 from agentfly_train.__main__ import main
-from agentfly_train.callbacks import MetricsFile
 from agentfly_train.config import load_config
 from tests.conftest import REPO_ROOT, readme_command, runs_readme_command
-from tests.train.conftest import free_port
+from tests.train.conftest import free_port, step_records
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +79,7 @@ def test_tiny_model_trains_two_steps_on_a_verifiers_taskset(readme, tmp_path, mo
     monkeypatch.syspath_prepend(str(tmp_path))
     command = readme_command(readme, add=["--no-progress", f"trainer.default_local_dir={tmp_path / 'run'}", *SMALLEST])
     assert main(command.cli_arguments) == 0  # in this process: verifiers and torch are imported once
-    records = [record for record in MetricsFile(tmp_path / "run" / "metrics.jsonl").read() if "loss" in record]
+    records = step_records(tmp_path / "run")
     assert [record["step"] for record in records] == [1, 2]
     assert all(math.isfinite(record["loss"]) for record in records)
     samples = (tmp_path / "run" / "val_samples" / "step_000002.jsonl").read_text().splitlines()
@@ -128,7 +127,7 @@ def test_tiny_model_trains_two_steps_on_a_served_env(readme, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
-    records = [record for record in MetricsFile(tmp_path / "metrics.jsonl").read() if "loss" in record]
+    records = step_records(tmp_path)
     assert [record["step"] for record in records] == [1, 2]
     samples = [json.loads(line) for line in (tmp_path / "val_samples" / "step_000002.jsonl").read_text().splitlines()]
     assert len(samples) == 2 and all("correct" in sample["reward_components"] for sample in samples)

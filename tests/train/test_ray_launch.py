@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agentfly_train.callbacks import MetricsFile
 from tests.conftest import SMALL_VLLM_ENGINE, skip_without_vllm
-from tests.train.conftest import accelerate_launch, free_port, run_cli
+from tests.train.conftest import accelerate_launch, free_port, run_cli, step_records
 
 pytest.importorskip("ray.train.torch", reason="Ray Train is not installed (the ray extra)")
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
@@ -76,10 +75,6 @@ def _train(ray_address: str, run_dir: Path, *overrides: str, timeout: float = 60
     return run_cli(command, timeout=timeout, env={"RAY_ADDRESS": ray_address, **NO_AUTH})
 
 
-def _steps(run_dir: Path) -> list[dict]:
-    return [record for record in MetricsFile(run_dir / "metrics.jsonl").read() if "loss" in record]
-
-
 def test_ray_workers_killed_and_resumed_train_as_two_uninterrupted_accelerate_processes(ray_address, tmp_path):
     """A Ray Train worker killed during step 2 fails the run in one line; the same command resumes it from
     checkpoint 1, and its 3 steps log the losses and rewards of 2 ``accelerate launch`` processes run without a
@@ -113,7 +108,7 @@ def test_ray_workers_killed_and_resumed_train_as_two_uninterrupted_accelerate_pr
     assert "run directory:" in done.stdout and "(3 steps)" in done.stdout
     result = json.loads((run_dir / "result.json").read_text())
     assert result["steps"] == 3 and Path(result["resumed_from"]).name in ("checkpoint-1", "checkpoint-2")
-    ray_steps = _steps(run_dir)
+    ray_steps = step_records(run_dir)
     assert [record["step"] for record in ray_steps] == [1, 2, 3]  # each step logged once, by rank 0
     report = (run_dir / "report.html").read_text()  # the run report, written at the end by rank 0
     assert "Reward and accuracy" in report and "could not write" not in done.stdout
@@ -124,7 +119,7 @@ def test_ray_workers_killed_and_resumed_train_as_two_uninterrupted_accelerate_pr
     done = run_cli(command, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("run directory:") == 2
-    accelerate_steps = _steps(tmp_path / "accelerate")
+    accelerate_steps = step_records(tmp_path / "accelerate")
     for ours, theirs in zip(ray_steps, accelerate_steps, strict=True):
         for key in ("loss", "reward/mean", "actor/entropy", "episode/sampled_tokens"):
             assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (key, ours["step"])
@@ -138,7 +133,7 @@ def test_ray_workers_sample_with_colocated_vllm_engines_kept_on_the_policy(ray_a
     on_policy = ["async_training.enable=true", "async_training.staleness_threshold=0", "async_training.max_staleness=0"]
     done = _train(ray_address, tmp_path, "trainer.total_training_steps=2", *engine, *on_policy)
     assert done.returncode == 0, done.stderr[-3000:]
-    steps = _steps(tmp_path)
+    steps = step_records(tmp_path)
     assert [record["step"] for record in steps] == [1, 2]
     assert all(record["async/staleness_max"] == 0 and record["async/dropped"] == 0 for record in steps), steps
     # the figure is the maximum over both workers

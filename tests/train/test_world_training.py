@@ -8,9 +8,8 @@ import math
 
 import pytest
 
-from agentfly_train.callbacks import MetricsFile
 from tests.conftest import needs_textworld_express, readme_command, runs_readme_command
-from tests.train.conftest import run_cli
+from tests.train.conftest import run_cli, step_records
 
 pytestmark = [pytest.mark.slow, needs_textworld_express]
 
@@ -26,7 +25,7 @@ def test_tiny_model_trains_two_steps_on_twx_coin(readme, tmp_path):
     command = readme_command(readme, add=["--no-progress", f"trainer.default_local_dir={tmp_path}"])
     done = run_cli(command.argv)
     assert done.returncode == 0, done.stderr[-3000:]
-    records = [record for record in MetricsFile(tmp_path / "metrics.jsonl").read() if "loss" in record]
+    records = step_records(tmp_path)
     assert [record["step"] for record in records] == [1, 2]
     assert all(math.isfinite(record["loss"]) for record in records)
     samples = [json.loads(line) for line in (tmp_path / "val_samples" / "step_000002.jsonl").read_text().splitlines()]
