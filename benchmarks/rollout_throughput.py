@@ -61,7 +61,7 @@ def main() -> None:
     from agentfly_train.sft import golden_token_rows, warm_start
     from agentfly_train.tiny_model import build_model, build_tokenizer
     from agentfly_train.trainer import AgentGRPOTrainer
-    from agentfly_train.trl_args import rl_settings
+    from agentfly_train.trl_args import checkpointing_argument, rl_settings
 
     torch.manual_seed(0)
     env_kwargs = {"level": "easy", "max_turns": args.max_turns, "tools": ("calculator", "answer")}
@@ -88,7 +88,7 @@ def main() -> None:
                 output_dir=f"{scratch}/{name}", per_device_train_batch_size=args.episodes,
                 num_generations=args.chains, max_completion_length=args.response_length, temperature=1.0,
                 generation_kwargs={"do_sample": False} if args.greedy else None,
-                gradient_checkpointing=False, report_to=[], use_cpu=True, save_strategy="no", seed=0,
+                **checkpointing_argument(GRPOConfig, False), report_to=[], use_cpu=True, save_strategy="no", seed=0,
                 bf16=False,  # as agentfly_train runs a float32 model on CPU (GRPOConfig's default is True)
                 max_tool_calling_iterations=args.max_turns - 1, disable_tqdm=True,
             )  # fmt: skip
