@@ -12,11 +12,14 @@ Importing the package registers its environments with Gymnasium::
 imports torch; heavy libraries (transformers for tool schemas, datasets, math-verify) load lazily.
 """
 
+from agentfly_envs.contract import TaskRows, TrainableEnv, check_env_contract, env_contract
 from agentfly_envs.core import ERROR_KINDS, ToolEnv
+from agentfly_envs.demonstrations import Demonstrator
 from agentfly_envs.errors import (
     AgentflyError,
     DataUnavailableError,
     DuplicateRegistrationError,
+    EnvContractError,
     EpisodeFinishedError,
     TaskFormatError,
     UnknownNameError,
@@ -42,7 +45,9 @@ __all__ = [
     "TOOLS",
     "AgentflyError",
     "DataUnavailableError",
+    "Demonstrator",
     "DuplicateRegistrationError",
+    "EnvContractError",
     "EpisodeFinishedError",
     "GoldenSolution",
     "GuiParser",
@@ -50,14 +55,18 @@ __all__ = [
     "Parser",
     "RewardResult",
     "TaskFormatError",
+    "TaskRows",
     "TaskSource",
     "TextSpace",
     "Tool",
     "ToolCall",
     "ToolEnv",
     "ToolError",
+    "TrainableEnv",
     "UnknownNameError",
     "WorldUnavailableError",
+    "check_env_contract",
+    "env_contract",
     "get_parser",
     "get_reward",
     "get_task_source",

@@ -20,12 +20,13 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
+from agentfly_envs.demonstrations import Demonstrator
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, TaskFormatError
 from agentfly_envs.parsers import Action, Parser, ParseResult, ToolCall, get_parser
 from agentfly_envs.registry import close_match
 from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, checked_score, get_reward
 from agentfly_envs.spaces import TextSpace
-from agentfly_envs.tasks import GoldenSolution, Row, TaskSource, get_task_source
+from agentfly_envs.tasks import Row, TaskSource, get_task_source
 from agentfly_envs.tools import CallStatus, Tool, get_tool
 from agentfly_envs.tools.world import OBSERVATION_MODES, WorldTool, image_part, message_text
 
@@ -437,7 +438,7 @@ class ToolEnv(gym.Env[Observation, Action]):
             turn.answer = result.content
 
     # ---------------------------------------------------------------------------------------------
-    # Golden demonstrations
+    # Demonstrations (written by agentfly_envs.demonstrations)
     # ---------------------------------------------------------------------------------------------
 
     def golden_actions(self, row: Row | None = None) -> list[Action]:
@@ -449,6 +450,7 @@ class ToolEnv(gym.Env[Observation, Action]):
         In a world env they are the world's golden calls for the running game (a text world's gold path, one ``act``
         call per command; a web page's scripted solver),
         spread over at most ``max_turns`` turns; the world ends the episode, so there is no answer turn.
+        (:class:`~agentfly_envs.demonstrations.Demonstrator` writes them.)
 
         Args:
             row: The task; defaults to the current episode's row (a world env knows only the running game's).
@@ -463,16 +465,11 @@ class ToolEnv(gym.Env[Observation, Action]):
             if self._episode is None:
                 raise ResetNeeded("call reset() first, or pass the row to golden_actions(row)")
             row = self._episode.row
-        if self._world is not None:
-            return self._golden_world_actions(row)
-        solution = self.tasks.golden(row)
-        if solution is None:
-            raise AgentflyError(f"{type(self.tasks).__name__} provides no golden solutions")
-        calls = self._golden_calls(solution)
-        num_turns = min(len(calls), self.max_turns - 1)
-        actions = [self.parser.format_calls([calls[i] for i in chunk]) for chunk in _chunks(len(calls), num_turns)]
-        actions.append(self.answer_action(solution.answer, solution.final))
-        return actions
+        if self._world is None:
+            return self._demonstrator().golden_actions(row)
+        if self._episode is None or row != self._episode.row:
+            raise AgentflyError("a world's gold path comes from its running game: reset(options={'task': row}) first")
+        return self._demonstrator().world_actions(self._world)
 
     def answer_action(self, answer: str, final: str | None = None) -> Action:
         """The assistant turn that gives ``answer`` as the final answer, in this env's format.
@@ -490,35 +487,11 @@ class ToolEnv(gym.Env[Observation, Action]):
             >>> env.answer_action("42")
             'The answer is \\\\boxed{42}.'
         """
-        if self._answer_by_tool:
-            name = next(name for name, tool in self.tools.items() if tool.ends_episode)
-            return self.parser.format_calls([ToolCall(name, {"answer": answer})])
-        return self.parser.format_final(final or f"The answer is \\boxed{{{answer}}}.")
+        return self._demonstrator().answer_action(answer, final)
 
-    def _golden_world_actions(self, row: Row) -> list[Action]:
-        if self._episode is None or row != self._episode.row:
-            raise AgentflyError("a world's gold path comes from its running game: reset(options={'task': row}) first")
-        calls = self._world.golden_calls()
-        num_turns = min(len(calls), self.max_turns)
-        return [self.parser.format_calls([calls[i] for i in chunk]) for chunk in _chunks(len(calls), num_turns)]
-
-    def _golden_calls(self, solution: GoldenSolution) -> list[ToolCall]:
-        if "calculator" in self.tools:
-            calls = [ToolCall("calculator", {"expression": e}) for e in solution.expressions]
-        else:
-            calls = [self._golden_call("python", "code", f"print({e})") for e in solution.expressions]
-        calls += [self._golden_call("python", "code", program) for program in solution.programs]
-        return calls + [self._golden_call("search", "query", query) for query in solution.queries]
-
-    def _golden_call(self, tool_name: str, argument: str, value: str) -> ToolCall:
-        """A call of the env's tool answering to ``tool_name``, under the name its parser writes."""
-        tool = self._tool(tool_name)
-        if tool is None or self.parser.calls_only not in (None, tool_name):
-            raise AgentflyError(
-                f"golden solutions of {type(self.tasks).__name__} call a {tool_name!r} tool, and this env "
-                f"(tools {list(self.tools)}, format {self.parser.name!r}) cannot"
-            )
-        return ToolCall(tool_name if self.parser.calls_only else tool.name, {argument: value})
+    def _demonstrator(self) -> Demonstrator:
+        """The writer of this env's demonstrations, as the env is now (its turn budget may have been changed)."""
+        return Demonstrator(self.tasks, self.tools, self.parser, self.max_turns, self._aliases)
 
 
 @dataclass
@@ -534,11 +507,6 @@ class _TurnResult:
     def add_error(self, text: str, call: ToolCall | None = None) -> None:
         """Adds an error observation, as a tool message the model reads."""
         self.messages.append(_tool_message(call, f"Error: {text}"))
-
-
-def _chunks(count: int, parts: int) -> list[list[int]]:
-    """``range(count)`` split into ``parts`` consecutive runs of near-equal length (none when ``parts`` is 0)."""
-    return [[int(i) for i in chunk] for chunk in np.array_split(np.arange(count), parts)] if parts else []
 
 
 def _make_task_source(name: str, task_kwargs: dict[str, Any]) -> TaskSource:

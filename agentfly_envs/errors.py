@@ -37,3 +37,8 @@ class EpisodeFinishedError(AgentflyError, RuntimeError):
 
 class WorldUnavailableError(AgentflyError, RuntimeError):
     """An interactive world cannot run here: its package or its runtime (Java) is missing, or it will not start."""
+
+
+class EnvContractError(AgentflyError, TypeError):
+    """An env lacks a member of the env contract (:class:`agentfly_envs.contract.TrainableEnv`): what the trainer
+    needs from it beyond Gymnasium's API."""

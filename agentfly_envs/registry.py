@@ -20,8 +20,9 @@ Example:
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from agentfly_envs.errors import DuplicateRegistrationError, UnknownNameError
 
@@ -55,6 +56,12 @@ def close_match(name: str, names: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
+def load_entry_point(entry_point: str) -> Any:
+    """The object an entry point names: ``"package.module:attribute"`` -> ``getattr(import_module(module), attr)``."""
+    module, _, attribute = entry_point.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 class Registry(Generic[T]):
     """A mapping of snake_case names to components of one kind.
 
@@ -70,6 +77,7 @@ class Registry(Generic[T]):
         self.where = where
         self.how = how or f"@{kind.upper()}S.register(name)"
         self._entries: dict[str, T] = {}
+        self._entry_points: dict[str, str] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator that files the decorated object under ``name``; a second use of a name raises."""
@@ -86,11 +94,26 @@ class Registry(Generic[T]):
         Raises:
             DuplicateRegistrationError: ``name`` is already taken.
         """
-        if name in self._entries:
-            raise DuplicateRegistrationError(
-                f"{self.kind} {name!r} is already registered (to {self._entries[name]!r}); pick another name."
-            )
+        self._check_free(name)
         self._entries[name] = obj
+
+    def add_entry_point(self, name: str, entry_point: str) -> None:
+        """Files under ``name`` the object at ``entry_point``, ``"package.module:attribute"``, imported the first
+        time ``name`` is looked up (as Gymnasium's ``register(id, entry_point=...)``): a registry can then name
+        members that live in modules above it without importing them.
+
+        Raises:
+            DuplicateRegistrationError: ``name`` is already taken.
+        """
+        self._check_free(name)
+        self._entry_points[name] = entry_point
+
+    def _check_free(self, name: str) -> None:
+        if name in self:
+            taken = self._entries[name] if name in self._entries else self._entry_points[name]
+            raise DuplicateRegistrationError(
+                f"{self.kind} {name!r} is already registered (to {taken!r}); pick another name."
+            )
 
     def get(self, name: str) -> T:
         """Returns the entry filed under ``name``.
@@ -98,25 +121,29 @@ class Registry(Generic[T]):
         Raises:
             UnknownNameError: nothing is filed under ``name``; the message suggests close matches.
         """
+        if isinstance(name, str) and name in self._entry_points:
+            self._entries[name] = load_entry_point(self._entry_points[name])
+            del self._entry_points[name]
         try:
             return self._entries[name]
         except (KeyError, TypeError):
-            close = close_match(str(name), self._entries)
+            close = close_match(str(name), self)
             guess = f"; did you mean {close!r}?" if close else "."
             raise UnknownNameError(
-                f"{self.kind} {name!r} is not registered{guess} Known: {', '.join(sorted(self._entries))}. "
+                f"{self.kind} {name!r} is not registered{guess} Known: {', '.join(self)}. "
                 f"Add one with {self.how} in {self.where}."
             ) from None
 
     def items(self) -> list[tuple[str, T]]:
-        """``(name, entry)`` pairs, sorted by name."""
-        return [(name, self._entries[name]) for name in self]
+        """``(name, entry)`` pairs, sorted by name (importing every entry point not imported yet)."""
+        return [(name, self.get(name)) for name in self]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._entries or name in self._entry_points
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._entries))
+        """The names, sorted; nothing is imported."""
+        return iter(sorted([*self._entries, *self._entry_points]))
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self._entry_points)

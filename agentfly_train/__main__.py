@@ -35,7 +35,9 @@ import sys
 from collections.abc import Sequence
 
 from agentfly_train.checkpoints import CheckpointDiskFullError
-from agentfly_train.config import QUICKSTART, ConfigError, TrainConfig, load_config
+from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.loading import QUICKSTART, load_config
+from agentfly_train.config.schema import TrainConfig
 
 COMMANDS = ("train", "eval", "report", "list")
 
@@ -166,7 +168,7 @@ def _report(arguments: list[str], out: str | None) -> int:
 
 def _list(arguments: list[str]) -> int:
     from agentfly_train.catalog import LISTINGS, listing
-    from agentfly_train.config import load_user_code
+    from agentfly_train.config.loading import load_user_code
 
     kind, overrides = (arguments[0], arguments[1:]) if arguments else (None, [])
     if kind not in LISTINGS:

@@ -11,11 +11,13 @@ from typing import Any
 import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
-from agentfly_envs.errors import AgentflyError
+from agentfly_envs.contract import check_env_contract, env_contract
+from agentfly_envs.errors import AgentflyError, EnvContractError
 from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnvError
-from agentfly_train.config import AGENT_TYPES, ConfigError, TrainConfig
+from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.schema import AGENT_TYPES, TrainConfig
 from agentfly_train.data import env_task_rows, file_task_rows, takes_data_files, trl_dataset
-from agentfly_train.generation import SamplingParams
+from agentfly_train.generation.base import GENERATION_BACKENDS, SamplingParams
 from agentfly_train.rollout import AgentRollout, ChatCodec, RolloutBudgets
 
 ENV_VAL_SIZE = 256
@@ -70,9 +72,9 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
     from agentfly_train.models import policy_images
 
     _, info = env.reset(options={"task": sample_task})
-    parser = env.unwrapped.parser
+    parser, golden_actions = env_contract(env).parser, env_contract(env).golden_actions
     try:
-        actions = env.unwrapped.golden_actions()
+        actions = golden_actions()
     except AgentflyError:
         actions = ["The answer is 42."]
     if not any(parser.parse(action).calls for action in actions):  # the check needs a call and its result
@@ -118,19 +120,27 @@ def _probe_call(parser: Any, tools: list[dict[str, Any]]) -> list[Any]:
 
 
 def make_env(config: TrainConfig, validation: bool = False) -> gym.Env:
-    """The configured env (:func:`env_kwargs`).
+    """The configured env (:func:`env_kwargs`), checked to have what the trainer reads of it
+    (:func:`~agentfly_envs.contract.check_env_contract`).
 
     Raises:
-        ConfigError: the env cannot be built from the configuration or its data (one line, naming the key).
+        ConfigError: the env cannot be built from the configuration or its data, or lacks a member of the env
+            contract (one line, naming the key).
     """
     key = "data.val_files" if validation else "data.train_files"
     try:
-        return gym.make(config.env_id, **env_kwargs(config, validation))
+        env = gym.make(config.env_id, **env_kwargs(config, validation))
     except (AgentflyError, RemoteEnvError, ImportError) as error:  # also a server or a module that is not there
         where = key if config.agent.env is None else f"agent.env={config.agent.env}"
         raise ConfigError(f"{where}: {_one_line(error)}") from None
     except (TypeError, ValueError) as error:
         raise ConfigError(f"cannot build {config.env_id} from agent.* / agent.env_kwargs: {_one_line(error)}") from None
+    try:
+        check_env_contract(env)
+    except EnvContractError as error:
+        env.close()
+        raise ConfigError(f"agent.env={config.env_id}: {error}") from None
+    return env
 
 
 def _one_line(error: Exception) -> str:
@@ -275,7 +285,7 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any])
         train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
         val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
         executor=ThreadPoolExecutor(max_workers=threads),
-        async_episodes=config.async_episodes,
+        async_episodes=GENERATION_BACKENDS.async_episodes(config.actor_rollout_ref.rollout, config.agent.backend),
     )
 
 
@@ -289,8 +299,9 @@ def make_trainer(
     val_tasks: list[dict[str, Any]],
     world_size: int,
 ) -> Any:
-    """The :class:`~agentfly_train.trainer.AgentGRPOTrainer` of a run: the rollout driver over a pool of
-    training envs, the algorithm's settings, the KL controller (with ``use_kl_in_reward``), the critic
+    """The :class:`~agentfly_train.trainer.AgentGRPOTrainer` of a run: its rollout port (the rollout driver over a
+    pool of training envs and the generation backend, :class:`~agentfly_train.trainer.port.RolloutPort`), the
+    algorithm's settings, the KL controller (with ``use_kl_in_reward``), the critic
     (with an estimator that trains one, ``gae``; built now, so ``critic.model.path=null`` copies the policy as it
     is after the warm start), and the generation backend of ``actor_rollout_ref.rollout.name`` (built by the
     trainer on its policy, :func:`~agentfly_train.generation.build_backend`), and the rollout schedule
@@ -311,6 +322,7 @@ def make_trainer(
     from agentfly_train.generation import build_backend
     from agentfly_train.models import lora_config
     from agentfly_train.trainer import AgentGRPOTrainer
+    from agentfly_train.trainer.port import RolloutPort
     from agentfly_train.trainer.schedules import build_schedule
     from agentfly_train.trl_args import critic_settings, rl_settings
 
@@ -324,7 +336,7 @@ def make_trainer(
         kl = config.algorithm.kl_ctrl
         kl_ctrl = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
     return AgentGRPOTrainer(
-        agent=agent,
+        port=RolloutPort(agent, functools.partial(build_backend, config)),
         rl=rl_settings(config),
         kl_ctrl=kl_ctrl,
         critic_model=critic_model,
@@ -340,7 +352,6 @@ def make_trainer(
         ),
         processing_class=tokenizer,
         peft_config=lora_config(config),
-        backend=functools.partial(build_backend, config),
         schedule=build_schedule(config, train_tasks),
     )
 

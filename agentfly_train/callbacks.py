@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from agentfly_train.checkpoints import prune
+from agentfly_train.run_dir import METRICS_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:
     from agentfly_train.trainer import AgentGRPOTrainer
@@ -87,7 +88,7 @@ class AgentCallback(TrainerCallback):
         self.test_freq = test_freq
         self.val_before_train = val_before_train
         self.show_progress = show_progress
-        self.metrics = MetricsFile(Path(trainer.args.output_dir) / "metrics.jsonl")
+        self.metrics = MetricsFile(Path(trainer.args.output_dir) / METRICS_FILE)
         self.summary: dict[str, Any] = {}
         self._bar: Any = None
 
@@ -136,5 +137,5 @@ class AgentCallback(TrainerCallback):
             self._bar.close()
             self._bar = None
         if state.is_world_process_zero and self.summary:
-            path = Path(args.output_dir) / "summary.json"
+            path = Path(args.output_dir) / SUMMARY_FILE
             path.write_text(json.dumps(self.summary, indent=2))

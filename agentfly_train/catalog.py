@@ -56,7 +56,7 @@ def _templates() -> list[tuple[str, str]]:
 
 
 def _keys() -> list[tuple[str, str]]:
-    from agentfly_train.config_reference import key_reference
+    from agentfly_train.config.reference import key_reference
 
     return [(doc.key, f"{doc.default!r}  {doc.help}") for doc in key_reference()]
 

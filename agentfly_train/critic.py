@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from agentfly_train.algorithms import value_loss
 from agentfly_train.batch import row_slices, step_denominator
-from agentfly_train.config import TINY_MODEL, CriticConfig
+from agentfly_train.config.schema import TINY_MODEL, CriticConfig
 from agentfly_train.sharding import whole
 
 OPTIMIZER_FILE = "optimizer.pt"

@@ -9,6 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentfly_envs.contract import env_contract
 from agentfly_envs.errors import AgentflyError, TaskFormatError
 from agentfly_envs.tasks.files import load_rows
 
@@ -26,7 +27,7 @@ def takes_data_files(env_id: str, env_kwargs: Mapping[str, Any]) -> bool:
 
 def env_task_rows(env: gym.Env, limit: int | None) -> list[dict[str, Any]]:
     """The first ``limit`` rows (all when ``None``) of the env's own task source, in order."""
-    tasks = env.unwrapped.tasks
+    tasks = env_contract(env).tasks
     count = len(tasks) if limit is None else min(limit, len(tasks))
     return [dict(tasks.row(index)) for index in range(count)]
 
@@ -47,7 +48,7 @@ def file_task_rows(files: Sequence[str], env: gym.Env, limit: int | None) -> lis
             and the field.
         DataUnavailableError: a file cannot be read (for JSON, the message names the line), or all are empty.
     """
-    tasks = env.unwrapped.tasks
+    tasks = env_contract(env).tasks
     rows = []
     for name in files:
         dataset = load_rows(

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from agentfly_train.config import TrainConfig
+from agentfly_train.config.schema import TrainConfig
 
 
 def changed_keys(config: TrainConfig) -> dict[str, Any]:
@@ -47,20 +47,21 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     Raises:
         ConfigError: as a real run would, before its model is loaded (bad data, bad sizes).
     """
+    from agentfly_envs.contract import env_contract
     from agentfly_train.build import make_codec, run_data
-    from agentfly_train.generation import GENERATION_BACKENDS
+    from agentfly_train.generation.base import GENERATION_BACKENDS, backend_of
     from agentfly_train.models import policy_tokenizer
     from agentfly_train.trl_args import batch_layout
 
     layout = batch_layout(config, world_size)
     data = run_data(config)
     env, rows, val = data.env, data.train, data.val
-    GENERATION_BACKENDS.get(config.backend).preflight(config)
+    backend_of(config).preflight(config)
     tokenizer = policy_tokenizer(config)
     codec = make_codec(config, tokenizer, env, rows[0])
     _, info = env.reset(options={"task": rows[0]})
     prompt_ids = codec.prompt_ids(info["messages"])
-    unwrapped = env.unwrapped
+    parser, reward_fn = env_contract(env).parser, env_contract(env).reward_fn  # None: the env scores with its own
     env.close()
 
     agent, data, trainer = config.agent, config.data, config.trainer
@@ -69,15 +70,15 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     steps = trainer.total_training_steps or steps_per_epoch * trainer.total_epochs
     lines = ["configuration (keys that differ from the defaults):"]
     lines += [f"  {key} = {value!r}" for key, value in changed_keys(config).items()] or ["  (none)"]
-    reward_fn = getattr(unwrapped, "reward_fn", None)  # envs of other libraries score with their own rewards
     reward = getattr(reward_fn, "__name__", reward_fn) or "the env's own"
     tools = [tool["function"]["name"] for tool in info["tools"]]
     lines += [
-        f"env: {config.env_id} with tools {tools}, parser {unwrapped.parser.name} "
+        f"env: {config.env_id} with tools {tools}, parser {parser.name} "
         f"(agent.agent_type={agent.agent_type}), reward {reward}",
         *([f"note: {codec.note}"] if codec.note else []),
         f"data: {len(rows)} training rows, {len(val)} validation rows",
-        f"model: {config.model_path} (not loaded); generation backend {config.backend}",
+        f"model: {config.model_path} (not loaded); generation backend "
+        f"{GENERATION_BACKENDS.chosen(config.actor_rollout_ref.rollout, config.agent.backend)}",
         f"rollout step: {data.train_batch_size} prompts x {agent.num_chains} chains = "
         f"{layout.completions_per_rollout} episodes of at most {agent.max_turns} turns",
         f"update: {layout.optimizer_steps_per_rollout} optimiser step(s) per rollout step "

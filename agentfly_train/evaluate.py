@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentfly_train.config import ConfigError, TrainConfig, load_config
+from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.loading import load_config
+from agentfly_train.config.schema import TrainConfig
+from agentfly_train.run_dir import EVAL_FILE, KSCORES_FILE, RUN_CONFIG_FILE, RUN_MODEL_DIR
 
-RUN_MODEL_DIR = re.compile(r"final|checkpoint-\d+")
-"""Names of the model directories a run writes into its run directory."""
 RUN_SETTINGS = (
     "agent",
     "custom_reward_function",
@@ -30,10 +30,6 @@ episodes were (env and its kwargs, tools, reward, format, chat template, data, t
 NOT_FROM_RUN = ("model_name_or_path", "backend")
 """Keys of ``agent`` left at their defaults: the model is the one named on the command line, and the generation
 backend is ``actor_rollout_ref.rollout.name`` as eval is configured (``hf`` unless set)."""
-
-
-KSCORES_FILE = "eval_pass_at_k.json"
-"""The per-task and overall pass@k and mean@k of an eval, written beside ``eval.jsonl``."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -129,7 +125,6 @@ def run_settings(model_path: str) -> tuple[str, dict[str, Any]] | None:
     Raises:
         ConfigError: the run's ``config.json`` is not a JSON object.
     """
-    from agentfly_train.train import RUN_CONFIG_FILE
 
     model_dir = Path(model_path).expanduser()
     path = model_dir.parent / RUN_CONFIG_FILE
@@ -192,8 +187,9 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
         task, also written with the per-task figures to :data:`KSCORES_FILE` beside ``eval.jsonl``).
     """
     from agentfly_train.build import agent_rollout, env_kwargs, has_validation, make_codec, make_env, val_rows
-    from agentfly_train.generation import GENERATION_BACKENDS, Policy, build_backend
-    from agentfly_train.models import add_stop_tokens, load_policy, training_device
+    from agentfly_train.devices import training_device
+    from agentfly_train.generation.base import Policy, backend_of, build_backend
+    from agentfly_train.models import add_stop_tokens, load_policy
     from agentfly_train.samples import write_samples
     from agentfly_train.sharding import engine_weights
 
@@ -202,9 +198,9 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     kwargs = env_kwargs(config, validation=True)
     env = make_env(config, validation=True)
     rows = val_rows(config, env)
-    GENERATION_BACKENDS.get(config.backend).preflight(config)
+    backend_of(config).preflight(config)
     model, tokenizer = load_policy(config)
-    model.to(training_device(config))
+    model.to(training_device(config.trainer.device))
     codec = make_codec(config, tokenizer, env, rows[0])
     add_stop_tokens(model, codec.stop_token_ids)
     env.close()
@@ -220,7 +216,7 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     finally:
         agent.close()
         backend.close()
-    path = Path(config.trainer.default_local_dir) / "eval.jsonl"
+    path = Path(config.trainer.default_local_dir) / EVAL_FILE
     records = write_samples(path, trajectories)
     outcomes = [
         [(t.correct, t.reward) for t in trajectories[start : start + samples]]

@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
-from agentfly_train.config import TINY_QWEN3_VL_MODEL, TINY_VL_MODEL, ConfigError, TrainConfig
-from agentfly_train.tiny_model import TINY_POLICIES
+from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.schema import TINY_QWEN3_VL_MODEL, TINY_VL_MODEL, TrainConfig
+from agentfly_train.tiny_policies import TINY_POLICIES
 
 
 def resolve_chat_template(template: str | None) -> str | None:
@@ -59,20 +60,6 @@ def known_templates() -> list[str]:
     return shipped_templates() + theirs
 
 
-def policy_dtype(name: str, device: str) -> torch.dtype:
-    """The dtype for ``actor_rollout_ref.model.dtype`` (``auto``: bfloat16 on a GPU that supports it)."""
-    if name == "auto":
-        return torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-    return getattr(torch, name)
-
-
-def training_device(config: TrainConfig) -> str:
-    """``trainer.device`` resolved: ``cuda`` when available for ``auto``."""
-    if config.trainer.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return config.trainer.device
-
-
 GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 """``tokenizer_class`` of a tokenizer saved from a plain ``tokenizers`` object (e.g. the tiny one, in a run's
 ``final/`` or a checkpoint)."""
@@ -96,7 +83,7 @@ def load_policy(config: TrainConfig) -> tuple[Any, Any]:
 
     ``agentfly:tiny`` builds a tiny Qwen2-architecture model and a tokenizer trained on generated task
     text (no download), ``agentfly:tiny-vl`` a tiny Qwen2.5-VL one and ``agentfly:tiny-qwen3-vl`` a tiny Qwen3-VL
-    one (:data:`~agentfly_train.tiny_model.TINY_POLICIES`); anything else is loaded with ``from_pretrained`` (a
+    one (:data:`~agentfly_train.tiny_policies.TINY_POLICIES`); anything else is loaded with ``from_pretrained`` (a
     checkpoint whose configuration has a ``vision_config`` as an image-text-to-text model). The tokenizer is
     :func:`policy_tokenizer`'s.
 

@@ -26,8 +26,10 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentfly_envs.contract import env_contract
+from agentfly_envs.demonstrations import golden_answer
 from agentfly_envs.parsers import Action
-from agentfly_train.config import SFTWarmupConfig
+from agentfly_train.config.schema import SFTWarmupConfig
 from agentfly_train.generation import Generation
 from agentfly_train.rollout import ChatCodec, RolloutBudgets, Trajectory, row_images, training_rows
 from agentfly_train.rollout.episode import record_turn, rewrites_context, start_episode, step_env
@@ -73,10 +75,10 @@ def golden_token_rows(
         (a task's turns in order where each turn is a row); with a vision-language codec also ``images``, the
         row's images in the order of their placeholder tokens (PIL images).
     """
-    tool_env = env.unwrapped
+    demonstrator = env_contract(env)
     rng = random.Random(seed)
     guessed = set(rng.sample(range(len(tasks)), round(guess_fraction * len(tasks))))
-    answers = [_golden_answer(tool_env, task) for task in tasks] if guessed else []
+    answers = [golden_answer(demonstrator.tasks, task) for task in tasks] if guessed else []
     budgets = RolloutBudgets(max_turns=sys.maxsize, max_tokens_per_turn=sys.maxsize, response_length=sys.maxsize,
                              max_images=max_images)  # fmt: skip
     per_turn = rewrites_context(codec, max_images)
@@ -90,7 +92,7 @@ def golden_token_rows(
                 guess = rng.choice(wrong) if wrong else None
             else:
                 guess = answers[(index + rng.randrange(1, len(tasks))) % len(tasks)]
-        actions = [tool_env.answer_action(guess)] if guess is not None else tool_env.golden_actions()
+        actions = [demonstrator.answer_action(guess)] if guess is not None else demonstrator.golden_actions()
         for action in actions:
             ids, mask = _assistant_turn(codec, action, None if wrong_guesses else guess)
             turn = Generation(ids, [0.0] * len(ids), stopped=True)
@@ -138,11 +140,6 @@ def _assistant_turn(codec: ChatCodec, action: Action, masked: str | None) -> tup
             if len(offsets) == len(ids):
                 mask = [0 if first < end and last > start else 1 for first, last in offsets]
     return ids, mask
-
-
-def _golden_answer(tool_env: Any, task: Mapping[str, Any]) -> str | None:
-    golden = tool_env.tasks.golden(dict(task))
-    return None if golden is None else golden.answer
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A tiny Qwen2-architecture model and a locally trained tokenizer, for offline runs and tests, and tiny
-Qwen2.5-VL- and Qwen3-VL-architecture vision-language models beside it (:data:`TINY_POLICIES`: what each
-``agentfly:tiny*`` model name builds).
+Qwen2.5-VL- and Qwen3-VL-architecture vision-language models beside it (the policies that
+:data:`agentfly_train.tiny_policies.TINY_POLICIES` names by ``agentfly:tiny*`` model name).
 
 Nothing is downloaded: the byte-level BPE tokenizer is trained on text this module generates
 (arithmetic word problems rendered as tool-calling chats) and splits digits as Qwen2's does; its
@@ -12,14 +12,12 @@ tool calls; the model is built from a config with random weights.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agentfly_envs.registry import Registry
-from agentfly_train.config import TINY_MODEL, TINY_QWEN3_VL_MODEL, TINY_VL_MODEL
+from agentfly_train.tiny_policies import TinyPolicy
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 """Control tokens, as in Qwen2.5 (skipped when decoding with ``skip_special_tokens``)."""
@@ -38,12 +36,13 @@ def _training_corpus(num_problems: int) -> Iterator[str]:
     import gymnasium as gym
 
     import agentfly_envs  # noqa: F401  (registers the envs)
+    from agentfly_envs.contract import env_contract
 
     env = gym.make("agentfly/Arith-Calc", level="hard", max_turns=8)
     for index in range(num_problems):
         _, info = env.reset(options={"index": index})
         yield from (m["content"] for m in info["messages"])
-        for action in env.unwrapped.golden_actions():
+        for action in env_contract(env).golden_actions():
             observation, *_ = env.step(action)
             yield action
             yield observation
@@ -305,32 +304,13 @@ def build_vl_model(
     return _stopping_on_eos(VL_ARCHITECTURES[architecture](*parts), tokenizer)
 
 
-@dataclass(frozen=True)
-class TinyPolicy:
-    """What an ``agentfly:tiny*`` model name builds (no download).
-
-    Attributes:
-        tokenizer: Builds the tokenizer (no arguments).
-        model: Builds the model from the tokenizer (``hidden_size``, ``num_layers``, ``seed`` keywords).
-        image_processor: Builds a vision-language policy's image processor (``max_pixels`` keyword), or ``None``.
-    """
-
-    tokenizer: Callable[[], Any]
-    model: Callable[..., Any]
-    image_processor: Callable[..., Any] | None = None
-
-
-TINY_POLICIES: Registry[TinyPolicy] = Registry(
-    "tiny model", where="agentfly_train/tiny_model.py", how="TINY_POLICIES.add(name, TinyPolicy(...))"
+TEXT_POLICY = TinyPolicy(build_tokenizer, build_model)
+"""``agentfly:tiny``: the Qwen2-architecture text policy."""
+VL_POLICY = TinyPolicy(build_vl_tokenizer, build_vl_model, build_vl_image_processor)
+"""``agentfly:tiny-vl``: the Qwen2.5-VL-architecture policy."""
+QWEN3_VL_POLICY = TinyPolicy(
+    partial(build_vl_tokenizer, "qwen3_vl"),
+    partial(build_vl_model, architecture="qwen3_vl"),
+    build_qwen3_vl_image_processor,
 )
-"""``actor_rollout_ref.model.path`` values that build a tiny policy locally -> how."""
-TINY_POLICIES.add(TINY_MODEL, TinyPolicy(build_tokenizer, build_model))
-TINY_POLICIES.add(TINY_VL_MODEL, TinyPolicy(build_vl_tokenizer, build_vl_model, build_vl_image_processor))
-TINY_POLICIES.add(
-    TINY_QWEN3_VL_MODEL,
-    TinyPolicy(
-        partial(build_vl_tokenizer, "qwen3_vl"),
-        partial(build_vl_model, architecture="qwen3_vl"),
-        build_qwen3_vl_image_processor,
-    ),
-)
+"""``agentfly:tiny-qwen3-vl``: the Qwen3-VL-architecture policy."""

@@ -6,20 +6,17 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from agentfly_train.build import RunData, make_codec, make_trainer, run_data
-from agentfly_train.config import ConfigError, TrainConfig, ignored_settings
-from agentfly_train.generation import GENERATION_BACKENDS
-from agentfly_train.tiny_model import TINY_POLICIES
-
-RESULT_FILE = "result.json"
-RUN_CONFIG_FILE = "config.json"
-"""The run's resolved configuration in its run directory, written at start (``eval`` of the run's models reads it)."""
-REFERENCE_DIR = "reference"
-"""The reference model of the KL terms in the run directory: the policy as RL starts (after the warm start)."""
+from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.schema import TrainConfig
+from agentfly_train.config.validation import ignored_settings
+from agentfly_train.generation.base import backend_of
+from agentfly_train.run_dir import FINAL_DIR, REFERENCE_DIR, RESULT_FILE, RUN_CONFIG_FILE, RunResult
+from agentfly_train.tiny_policies import TINY_POLICIES
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -32,27 +29,6 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, step: int) -> None:
         super().__init__(step)
         self.step = step
-
-
-@dataclass
-class RunResult:
-    """What a run reports (also written to ``<run dir>/result.json``).
-
-    Attributes:
-        run_dir: The run directory.
-        val_before: Validation metrics before RL (after the SFT warm start), if validated.
-        val_after: Validation metrics after RL.
-        sft_loss: Mean SFT warm-start loss, if it ran.
-        steps: Optimiser steps taken (in total, across resumes).
-        resumed_from: The checkpoint this run resumed from.
-    """
-
-    run_dir: str
-    val_before: dict[str, float] = field(default_factory=dict)
-    val_after: dict[str, float] = field(default_factory=dict)
-    sft_loss: float | None = None
-    steps: int = 0
-    resumed_from: str | None = None
 
 
 def resume_checkpoint(config: TrainConfig) -> tuple[str | None, str | None]:
@@ -101,7 +77,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     Returns:
         The :class:`RunResult` (also saved as ``result.json`` in the run directory).
     """
-    from agentfly_train.config import load_user_code
+    from agentfly_train.config.loading import load_user_code
 
     load_user_code(config)  # loaded already where the configuration was read; not on a Ray Train worker
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
@@ -111,11 +87,12 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
         from transformers import set_seed
 
         from agentfly_train.checkpoints import remove_leftovers
-        from agentfly_train.models import add_stop_tokens, load_policy, training_device
+        from agentfly_train.devices import training_device
+        from agentfly_train.models import add_stop_tokens, load_policy
         from agentfly_train.trl_args import grpo_config
 
         _quiet_libraries()
-        device = training_device(config)
+        device = training_device(config.trainer.device)
         world_size = PartialState(cpu=device == "cpu").num_processes
         _check_world(config, world_size, device)
         if PartialState().is_main_process:
@@ -132,7 +109,7 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / RUN_CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2))
 
-        GENERATION_BACKENDS.get(config.backend).preflight(config)
+        backend_of(config).preflight(config)
         model, tokenizer = load_policy(config)
         codec = make_codec(config, tokenizer, data.env, data.train[0])
         add_stop_tokens(model, codec.stop_token_ids)
@@ -202,8 +179,7 @@ def _train_and_validate(
     saved = _trainer_state(checkpoint) if checkpoint is not None else None
     if saved is not None and saved.global_step >= trainer.args.max_steps:
         # Killed after its last step: finish, train no more (Trainer.train() would take one more step).
-        trainer._load_from_checkpoint(checkpoint)
-        trainer.state = saved
+        trainer.finish_from_checkpoint(checkpoint, saved)
         callback.metrics.keep(lambda record: not record.get("final"))
     else:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -217,7 +193,7 @@ def _train_and_validate(
             callback.metrics.append(trainer.state.global_step, {"final": True, **result.val_after})
     if trainer.is_fsdp_enabled:  # final/ holds a whole model, whatever the checkpoints' sharding
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-    final = Path(config.trainer.default_local_dir) / "final"
+    final = Path(config.trainer.default_local_dir) / FINAL_DIR
     trainer.save_model(str(final))
     images = trainer.agent.codec.images
     if images is not None and trainer.accelerator.is_main_process:  # eval of final/ loads it as a VLM

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentfly_train.config import ActorConfig, AlgorithmConfig, ConfigError, TrainConfig
-from agentfly_train.models import policy_dtype
+from agentfly_train.config.actor_rollout_ref import ActorConfig
+from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.schema import AlgorithmConfig, TrainConfig
+from agentfly_train.devices import policy_dtype
 
 if TYPE_CHECKING:
     from agentfly_train.algorithms import AdvantageEstimator, KLController

@@ -61,6 +61,7 @@ def main() -> None:
     from agentfly_train.sft import golden_token_rows, warm_start
     from agentfly_train.tiny_model import build_model, build_tokenizer
     from agentfly_train.trainer import AgentGRPOTrainer
+    from agentfly_train.trainer.port import RolloutPort
     from agentfly_train.trl_args import checkpointing_argument, rl_settings
 
     torch.manual_seed(0)
@@ -99,15 +100,15 @@ def main() -> None:
 
         def our_trainer(name: str, backend=None, async_episodes: bool = False) -> AgentGRPOTrainer:
             return AgentGRPOTrainer(
-                agent=AgentRollout(
+                port=RolloutPort(AgentRollout(
                     pool=LocalEnvPool(our_env, env_kwargs), codec=codec,
                     budgets=RolloutBudgets(args.max_turns, args.response_length, args.response_length),
                     train_params=SamplingParams(0.0 if args.greedy else 1.0), val_params=SamplingParams(0.0),
                     executor=ThreadPoolExecutor(args.episodes), async_episodes=async_episodes,
-                ),
+                ), backend),
                 rl=rl_settings(config), model=model, args=grpo_args(name),
                 train_dataset=trl_dataset(tasks, render_opening),
-                processing_class=tokenizer, backend=backend,
+                processing_class=tokenizer,
             )  # fmt: skip
 
         engines = {"agentfly": our_trainer("ours")}

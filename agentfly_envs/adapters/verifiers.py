@@ -62,6 +62,10 @@ class TaskRows:
                 f"a row of this verifiers taskset: field {'.'.join(map(str, first['loc']))}: {first['msg']}"
             ) from None
 
+    def golden(self, row: Mapping[str, Any]) -> None:
+        """No task has a golden solution (verifiers tasks carry no reference turns)."""
+        return None
+
 
 class VerifiersEnv(gym.Env[str, Action]):
     """A verifiers taskset's tasks as single-turn episodes (see the module docstring).
@@ -81,6 +85,8 @@ class VerifiersEnv(gym.Env[str, Action]):
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    reward_fn: ClassVar[None] = None
+    """The taskset's own rewards score the episodes (the env contract's ``reward_fn``)."""
 
     def __init__(
         self,
@@ -173,6 +179,14 @@ class VerifiersEnv(gym.Env[str, Action]):
             AgentflyError: always.
         """
         raise AgentflyError(f"the verifiers taskset {self.taskset!r} has no golden solutions")
+
+    def answer_action(self, answer: str, final: str | None = None) -> Action:
+        """Raises: verifiers tasks have no golden answers to guess from, so no answer turn is ever asked for.
+
+        Raises:
+            AgentflyError: always.
+        """
+        raise AgentflyError(f"the verifiers taskset {self.taskset!r} has no golden answers to answer with")
 
     def _trace(self, reply: str) -> Any:
         """A verifiers trace of the conversation so far with ``reply`` as the model's turn."""

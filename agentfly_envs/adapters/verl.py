@@ -33,6 +33,8 @@ from uuid import uuid4
 
 import gymnasium as gym
 
+from agentfly_envs.contract import truncation_reward
+
 try:
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
@@ -94,7 +96,7 @@ class AgentflyAgentLoop(AgentLoopBase):
         response_mask: list[int] = []
         logprobs: list[float] = []  # of the response tokens (0 on the env's), when the server returns them
         request_id = uuid4().hex
-        reward, finish, step_info, turns = float(getattr(env.unwrapped, "truncation_reward", 0.0)), "length", {}, 0
+        reward, finish, step_info, turns = truncation_reward(env), "length", {}, 0
         while len(response_mask) < self.response_length:
             with simple_timer("generate_sequences", metrics):
                 output = await self.server_manager.generate(

@@ -68,6 +68,10 @@ class IndexedRows:
     def validate(self, row: Mapping[str, Any]) -> None:
         """Any row is a task: the server checks it at reset."""
 
+    def golden(self, row: Mapping[str, Any]) -> None:
+        """No task has a golden solution here (they are not part of the protocol)."""
+        return None
+
 
 class HTTPEnv(gym.Env[str, Action]):
     """An env on a server speaking OpenEnv's protocol (see the module docstring).
@@ -91,6 +95,8 @@ class HTTPEnv(gym.Env[str, Action]):
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    reward_fn: ClassVar[None] = None
+    """The server scores the episodes (the env contract's ``reward_fn``)."""
 
     def __init__(
         self,
@@ -295,6 +301,15 @@ class HTTPEnv(gym.Env[str, Action]):
             AgentflyError: always.
         """
         raise AgentflyError(f"the env at {self.url} does not share golden solutions over its protocol")
+
+    def answer_action(self, answer: str, final: str | None = None) -> Action:
+        """Raises: the server's answer format is not part of its protocol (and its tasks have no golden answers to
+        guess from).
+
+        Raises:
+            AgentflyError: always.
+        """
+        raise AgentflyError(f"the env at {self.url} does not share its answer format over its protocol")
 
     def close(self) -> None:
         """Closes the session (the server closes its env)."""

@@ -34,6 +34,8 @@ import gymnasium as gym
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError, to_jsonable_python
 
+from agentfly_envs.contract import truncation_reward
+
 try:
     from openenv.core.env_server.http_server import HTTPEnvServer
     from openenv.core.env_server.interfaces import Environment
@@ -188,7 +190,7 @@ def create_app(
     description = {
         "env_id": env_id,
         "num_tasks": len(probe._live().unwrapped.tasks),
-        "truncation_reward": float(getattr(probe._live().unwrapped, "truncation_reward", 0.0)),
+        "truncation_reward": truncation_reward(probe._live()),
         "parser": getattr(getattr(probe._live().unwrapped, "parser", None), "name", None),
     }
     probe.close()

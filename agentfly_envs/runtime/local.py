@@ -10,6 +10,7 @@ from typing import Any, ClassVar, SupportsFloat, TypeVar
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
+from agentfly_envs.contract import truncation_reward
 from agentfly_envs.runtime.base import ENV_RUNTIMES, PoolSettings
 from agentfly_envs.runtime.failures import FailureCounts, WorkerLost, lost_episode
 from agentfly_envs.runtime.remote import RemoteEnvError
@@ -125,11 +126,11 @@ class TimedEnv(gym.Wrapper):
         """
         if self._lost:
             raise ResetNeeded("call reset() before step() (this env's episode was lost to a step timeout)")
-        truncation_reward = float(getattr(self.env.unwrapped, "truncation_reward", 0.0))
+        lost_reward = truncation_reward(self.env)
         try:
             result = self._call(self.env.step, action)
         except WorkerLost as lost:
-            return lost_episode(lost, self._pool.step_timeout, self._error_counts, truncation_reward)
+            return lost_episode(lost, self._pool.step_timeout, self._error_counts, lost_reward)
         self._error_counts = dict(result[4].get("error_counts", {}))
         return result
 

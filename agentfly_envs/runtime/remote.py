@@ -25,6 +25,7 @@ from typing import Any, ClassVar, SupportsFloat
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
+from agentfly_envs.contract import truncation_reward
 from agentfly_envs.runtime.base import ENV_RUNTIMES, PoolSettings
 from agentfly_envs.runtime.failures import FailureCounts, WorkerLost, lost_episode
 from agentfly_envs.user_code import UserCode
@@ -75,7 +76,7 @@ class _EnvHost:
             "observation_space": env.observation_space,
             "action_space": env.action_space,
             "metadata": env.metadata,
-            "truncation_reward": float(getattr(env.unwrapped, "truncation_reward", 0.0)),
+            "truncation_reward": truncation_reward(env),
         }
 
     def reset(self, slot: int, seed: int | None, options: Mapping[str, Any] | None) -> tuple[Any, dict[str, Any]]:

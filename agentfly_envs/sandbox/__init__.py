@@ -5,17 +5,10 @@ notebook semantics) and :class:`SandboxLimits`. The README's sandbox section say
 guaranteed.
 """
 
+from agentfly_envs.sandbox.default import default_pool
 from agentfly_envs.sandbox.limits import SandboxLimits
-from agentfly_envs.sandbox.pool import (
-    ExecStatus,
-    Execution,
-    Isolation,
-    SandboxError,
-    SandboxPool,
-    SandboxSession,
-    SandboxUnavailableError,
-    default_pool,
-)
+from agentfly_envs.sandbox.pool import SandboxPool, SandboxSession
+from agentfly_envs.sandbox.results import ExecStatus, Execution, Isolation, SandboxError, SandboxUnavailableError
 
 __all__ = [
     "ExecStatus",

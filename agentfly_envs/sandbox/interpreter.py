@@ -26,6 +26,7 @@ import types
 from typing import Any
 
 from agentfly_envs.sandbox import protocol
+from agentfly_envs.sandbox.protocol import Reply
 
 
 class CellTimeout(BaseException):
@@ -73,12 +74,12 @@ class Interpreter:
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         """Runs one cell and returns the reply: ``{"id", "status", "detail"}`` (``id`` echoes the request's).
 
-        ``status`` is ``ok``, ``error`` (the code raised; the traceback is in the output), ``exit``
-        (it called ``sys.exit``; ``detail`` is the code), ``timeout`` or ``cpu``.
+        ``status`` is a :class:`~.protocol.Reply` a session writes: ``ok``, ``error`` (the code raised; the
+        traceback is in the output), ``exit`` (it called ``sys.exit``; ``detail`` is the code), ``timeout`` or ``cpu``.
         """
         self.cells += 1
         self._restore_stdio()
-        status, detail = "ok", ""
+        status, detail = Reply.OK, ""
         try:
             try:
                 self._arm(float(request["timeout_s"]), int(request["cpu_s"]))
@@ -86,19 +87,19 @@ class Interpreter:
             finally:
                 self._disarm()
         except CellTimeout:
-            status = "timeout"
+            status = Reply.TIMEOUT
         except CpuTimeExceeded:
-            status = "cpu"
+            status = Reply.CPU
         except SystemExit as e:
-            status, detail = "exit", self._exit_code(e.code)
+            status, detail = Reply.EXIT, self._exit_code(e.code)
         except BaseException as e:
-            status, detail = "error", self._report(e)
+            status, detail = Reply.ERROR, self._report(e)
         if os.getpid() != self.pid:  # a process the cell forked must never answer for the session
             os._exit(0)
         self._flush()
         if self.sweep:
             _kill_other_processes()
-        return {"id": request.get("id"), "status": status, "detail": detail}
+        return {"id": request.get("id"), "status": status.value, "detail": detail}
 
     def _execute(self, code: str, echo: bool) -> None:
         filename = f"<cell {self.cells}>"

@@ -5,10 +5,14 @@ of JSON. The control socket of the fork server is a ``SOCK_SEQPACKET`` socket: o
 message, with file descriptors attached. A message that breaks the framing raises
 :class:`ProtocolError`; code in the sandbox can write to its socket, so the pool treats that as a
 crashed session, never as data to trust.
+
+:class:`Reply` is the one vocabulary of how a call ended: the session's interpreter writes it in its reply, the pool
+reads it there and adds its own words where the session gave none.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import socket
 import struct
@@ -24,6 +28,50 @@ MAX_CONTROL_BYTES = 65_536
 
 class ProtocolError(RuntimeError):
     """The peer closed the connection or sent something that is not a message."""
+
+
+class Reply(str, enum.Enum):  # noqa: UP042  (not StrEnum: the sandbox's interpreter may predate Python 3.11)
+    """How a call ended: the ``status`` of a session's reply, or the pool's verdict where the session gave none.
+
+    Example:
+        >>> Reply.parse("cpu"), Reply.parse("cpu").answered, Reply.parse("nonsense")
+        (<Reply.CPU: 'cpu'>, True, <Reply.CRASHED: 'crashed'>)
+    """
+
+    # --- written by the session (interpreter.py) ---
+    OK = "ok"
+    """The code ran to its end."""
+    ERROR = "error"
+    """The code raised; the traceback is in the output, the summary in ``detail``."""
+    EXIT = "exit"
+    """The code called ``sys.exit``; ``detail`` is the exit status."""
+    TIMEOUT = "timeout"
+    """The code was interrupted at its wall-clock deadline; the session lives on."""
+    CPU = "cpu"
+    """The code was interrupted when it used up its CPU time; the session lives on."""
+    # --- the pool's, where the session did not answer (call.py) ---
+    KILLED = "killed"
+    """The code did not stop at its deadline; its interpreter is killed."""
+    CPU_KILLED = "cpu_killed"
+    """The code used up its CPU time and did not stop; its interpreter is killed."""
+    CRASHED = "crashed"
+    """The interpreter died, or answered with a word not above."""
+
+    @property
+    def answered(self) -> bool:
+        """A word a session writes: it answered and lives on (the pool's words: its interpreter is gone or must go)."""
+        return self in _ANSWERS
+
+    @classmethod
+    def parse(cls, word: object) -> Reply:
+        """The reply that ``word`` (a reply's ``status``) names; :attr:`CRASHED` for anything else."""
+        try:
+            return cls(word)
+        except (ValueError, TypeError):
+            return cls.CRASHED
+
+
+_ANSWERS = frozenset({Reply.OK, Reply.ERROR, Reply.EXIT, Reply.TIMEOUT, Reply.CPU})
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -34,7 +34,8 @@ class Family:
         end_of_turn: Tokens besides the tokenizer's EOS that end an assistant turn (gpt-oss ends a tool call with
             ``<|call|>``).
         rollouts: Whether its templates can serve token-in/token-out rollouts (``False``: the start-up check refuses
-            them, e.g. Gemma 4 writes tool results inside the model's turn; ``tests/train/test_families.py``).
+            them, e.g. Gemma 4 writes tool results inside the model's turn;
+            ``tests/train/chat_templates/test_families.py``).
         reasoning_end: The text that ends a turn's reasoning as the model samples it (Qwen3's ``</think>``), which
             ``agent.past_reasoning=drop`` cuts at; ``""`` for a family without reasoning.
     """

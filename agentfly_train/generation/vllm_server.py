@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentfly_train.generation.base import (
-    GENERATION_BACKENDS,
     BackendError,
     Generation,
     GenerationBackend,
@@ -30,7 +29,7 @@ from agentfly_train.generation.base import (
 )
 
 if TYPE_CHECKING:
-    from agentfly_train.config import TrainConfig
+    from agentfly_train.config.schema import TrainConfig
 
 START_HINT = (
     "start one with: VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model MODEL_DIR "
@@ -42,7 +41,6 @@ class RolloutServerError(BackendError):
     """The vLLM server did not answer, or answered with an error (the message names it and says what to do)."""
 
 
-@GENERATION_BACKENDS.register("vllm_server")
 class VLLMServerBackend(GenerationBackend):
     """Sampling on a vLLM server over HTTP (``rollout.name=vllm``, ``mode=server``).
 
@@ -62,7 +60,7 @@ class VLLMServerBackend(GenerationBackend):
     @classmethod
     def check(cls, config: TrainConfig) -> None:
         """``actor_rollout_ref.rollout.server_timeout``."""
-        from agentfly_train.config import check_positive
+        from agentfly_train.config.errors import check_positive
 
         check_positive("actor_rollout_ref.rollout.server_timeout", config.actor_rollout_ref.rollout.server_timeout)
 
@@ -86,7 +84,7 @@ class VLLMServerBackend(GenerationBackend):
         cls, config: TrainConfig, eos_token_ids: Sequence[int], weights_dir: str | Path, timeout: float
     ) -> VLLMServerBackend:
         """:meth:`connect` to the configured server; ``ConfigError`` naming ``rollout.mode=server`` if it fails."""
-        from agentfly_train.config import ConfigError
+        from agentfly_train.config.errors import ConfigError
 
         rollout = config.actor_rollout_ref.rollout
         try:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from agentfly_envs.registry import Registry
 
 if TYPE_CHECKING:
-    from agentfly_train.config import TrainConfig
-    from agentfly_train.train import RunResult
+    from agentfly_train.config.schema import TrainConfig
+    from agentfly_train.run_dir import RunResult
 
 AUTO = "auto"
 """``trainer.launcher=auto``: a detected launcher, else :data:`LOCAL`."""
@@ -54,7 +54,9 @@ class Launcher(ABC):
 LAUNCHERS: Registry[type[Launcher]] = Registry(
     "launcher", where="agentfly_train/launchers/", how="@LAUNCHERS.register(name) on the class"
 )
-"""Launchers by ``trainer.launcher`` name."""
+"""Launchers by ``trainer.launcher`` name; ours are entry points, imported when chosen."""
+LAUNCHERS.add_entry_point(LOCAL, "agentfly_train.launchers.local:LocalLauncher")
+LAUNCHERS.add_entry_point("ray", "agentfly_train.launchers.ray_train:RayLauncher")
 
 
 def launcher_for(config: TrainConfig) -> Launcher:

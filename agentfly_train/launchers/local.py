@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentfly_train.launchers.base import LAUNCHERS, LOCAL, Launcher
+from agentfly_train.launchers.base import Launcher
 
 if TYPE_CHECKING:
-    from agentfly_train.config import TrainConfig
-    from agentfly_train.train import RunResult
+    from agentfly_train.config.schema import TrainConfig
+    from agentfly_train.run_dir import RunResult
 
 
-@LAUNCHERS.register(LOCAL)
 class LocalLauncher(Launcher):
     """Runs the job in this process (:func:`agentfly_train.train.run`)."""
 

@@ -18,12 +18,13 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentfly_train.config import ConfigError, TrainConfig
+from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.schema import TrainConfig
 from agentfly_train.errors import error_summary
-from agentfly_train.launchers.base import LAUNCHERS, LOCAL, Launcher, LaunchError
+from agentfly_train.launchers.base import LOCAL, Launcher, LaunchError
 
 if TYPE_CHECKING:
-    from agentfly_train.train import RunResult
+    from agentfly_train.run_dir import RunResult
 
 INSTALL_HINT = "trainer.launcher=ray needs Ray Train: pip install 'agentfly-rl[ray]'"
 
@@ -79,7 +80,6 @@ def _train_worker(payload: dict[str, Any]) -> None:
     run(payload["config"], show_progress=payload["show_progress"] and rank == 0)
 
 
-@LAUNCHERS.register("ray")
 class RayLauncher(Launcher):
     """Ray Train workers on the cluster at ``RAY_ADDRESS``, or this machine's (``auto``: when it is set)."""
 
@@ -99,7 +99,7 @@ class RayLauncher(Launcher):
 
 
 def _launch(config: TrainConfig, show_progress: bool) -> RunResult:
-    from agentfly_train.train import RESULT_FILE, RunResult
+    from agentfly_train.run_dir import RESULT_FILE, RunResult
 
     ray = _connect()
     from ray.train import FailureConfig, RunConfig, ScalingConfig

@@ -7,15 +7,21 @@ skipped and named in :attr:`RunData.problems`; nothing here raises on the conten
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-SAMPLE_DIRS = {"val": "val_samples", "train": "train_samples"}
+from agentfly_train.run_dir import (
+    KSCORES_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    RUN_CONFIG_FILE,
+    SAMPLE_DIRS,
+    STEP_FILE_PATTERN,
+)
+
 """Episode splits -> their directory in the run (one ``step_<N>.jsonl`` file per step)."""
-_STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
 
 
 @dataclass
@@ -90,7 +96,7 @@ def _read_json(path: Path, problems: list[str]) -> dict[str, Any]:
 
 
 def _metrics(run_dir: Path, problems: list[str]) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / METRICS_FILE
     if not path.is_file():
         problems.append("no metrics.jsonl: the run has not logged a step yet (no curves)")
         return []
@@ -109,7 +115,7 @@ def _samples(run_dir: Path, split: str, problems: list[str]) -> dict[int, list[d
     directory = run_dir / SAMPLE_DIRS[split]
     steps: dict[int, list[dict[str, Any]]] = {}
     for path in sorted(directory.glob("step_*.jsonl")) if directory.is_dir() else []:
-        match = _STEP_FILE.fullmatch(path.name)
+        match = STEP_FILE_PATTERN.fullmatch(path.name)
         if match:
             episodes = [r for r in read_jsonl(path, problems) if isinstance(r.get("messages", []), list)]
             steps[int(match.group(1))] = episodes
@@ -150,7 +156,6 @@ def _images(run_dir: Path, samples: dict[str, dict[int, list[dict[str, Any]]]], 
 
 
 def _pass_at_k(run_dir: Path, problems: list[str]) -> dict[str, Any]:
-    from agentfly_train.evaluate import KSCORES_FILE
 
     scores = _read_json(run_dir / KSCORES_FILE, problems)
     if not scores:
@@ -167,8 +172,8 @@ def load_run(run_dir: str | Path) -> RunData:
     run_dir = Path(run_dir)
     data = RunData(run_dir=run_dir)
     data.metrics = _metrics(run_dir, data.problems)
-    data.config = _read_json(run_dir / "config.json", data.problems)
-    data.result = _read_json(run_dir / "result.json", data.problems)
+    data.config = _read_json(run_dir / RUN_CONFIG_FILE, data.problems)
+    data.result = _read_json(run_dir / RESULT_FILE, data.problems)
     data.pass_at_k = _pass_at_k(run_dir, data.problems)
     data.samples = {split: _samples(run_dir, split, data.problems) for split in SAMPLE_DIRS}
     data.images = _images(run_dir, data.samples, data.problems)

@@ -22,6 +22,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentfly_envs.contract import env_contract
 from agentfly_envs.core import ERROR_KINDS
 from agentfly_envs.parsers import Action
 from agentfly_train.generation import Generation
@@ -341,7 +342,7 @@ def finish(
     """Ends the episode with ``reason`` (one of :data:`FINISH_REASONS`) and the env's ``reward``, or its
     truncation reward when the env did not score it."""
     trajectory.finish_reason = reason
-    trajectory.reward = float(env.unwrapped.truncation_reward if reward is None else reward)
+    trajectory.reward = float(env_contract(env).truncation_reward if reward is None else reward)
     trajectory.correct = _is_correct(trajectory.reward, info or {}) if reason == "stop" else False
     trajectory.reward_components = dict((info or {}).get("reward_components") or {})
     trajectory.reward_error = (info or {}).get("reward_error")

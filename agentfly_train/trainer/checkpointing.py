@@ -89,6 +89,12 @@ class CheckpointMixin:
         finally:
             self._staging = None
 
+    def finish_from_checkpoint(self, checkpoint: str, state: Any) -> None:
+        """Takes up a run killed after its last step: the checkpoint's weights and ``state`` (its ``TrainerState``),
+        with no further step (``Trainer.train`` would take one more)."""
+        self._load_from_checkpoint(checkpoint)
+        self.state = state
+
     def _issue_warnings_after_load(self, load_result: Any) -> None:
         """The ``Trainer``'s warnings about a loaded checkpoint's missing and unexpected keys, without the tied
         weights (``lm_head.weight`` = the input embeddings): ``save_pretrained`` leaves them out, and loading the

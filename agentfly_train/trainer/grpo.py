@@ -29,7 +29,7 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
 The rollouts (TRL's ``rollout_func``, the backend's weight sync, validation) are in
 :mod:`~agentfly_train.trainer.rollouts`.
 
-``tests/train/test_trl_contract.py`` pins the TRL behaviour we rely on.
+``tests/train/trainer/test_trl_contract.py`` pins the TRL behaviour we rely on.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -69,12 +69,10 @@ from agentfly_train.batch import (
     step_denominator,
 )
 from agentfly_train.critic import Critic, CriticSettings
-from agentfly_train.generation import GenerationBackend, HFGenerationBackend, Policy
-from agentfly_train.rollout import (
-    AgentRollout,
-)
+from agentfly_train.generation import Policy
 from agentfly_train.trainer.checkpointing import CheckpointMixin
 from agentfly_train.trainer.forwards import ForwardsMixin
+from agentfly_train.trainer.port import RolloutPort
 from agentfly_train.trainer.rollouts import RolloutMixin
 from agentfly_train.trainer.schedules import RolloutSchedule, SyncSchedule
 from agentfly_train.trl_args import RLSettings, check_trainer_setup
@@ -95,7 +93,8 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
     a group of ``args.num_generations``.
 
     Args:
-        agent: The rollout engine's settings and envs.
+        port: The rollout port (:class:`~agentfly_train.trainer.port.RolloutPort`): the rollout driver and the
+            generation backend, connected here to the trainer's policy.
         rl: The algorithm.
         kl_ctrl: The KL-in-reward controller (required with ``rl.algorithm.use_kl_in_reward``).
         critic_model: The value model (required with an estimator that trains a critic, ``gae``; see
@@ -107,11 +106,6 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         log_val_generations: Validation trajectories written to ``<output_dir>/val_samples/step_<N>.jsonl``.
         log_train_generations: Training trajectories of each step written to
             ``<output_dir>/train_samples/step_<N>.jsonl`` (0: none).
-        backend: The generation backend, or a function that builds it on the trainer's policy
-            (:class:`~agentfly_train.generation.Policy`; e.g. ``functools.partial(build_backend, config)``);
-            ``None``: Hugging Face ``generate`` on the policy. One that
-            :attr:`~agentfly_train.generation.GenerationBackend.has_own_weights` is given the policy's weights after
-            each optimiser step.
         schedule: How training episodes reach the trainer (:mod:`~agentfly_train.trainer.schedules`);
             ``None``: rollout, then update (:class:`~agentfly_train.trainer.schedules.SyncSchedule`).
         **kwargs: ``GRPOTrainer`` arguments (``model``, ``args``, ``train_dataset``, ``processing_class``,
@@ -125,7 +119,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
     def __init__(
         self,
         *,
-        agent: AgentRollout,
+        port: RolloutPort,
         rl: RLSettings,
         kl_ctrl: KLController | None = None,
         critic_model: Any = None,
@@ -134,11 +128,11 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         val_batch_size: int = 64,
         log_val_generations: int = 8,
         log_train_generations: int = 0,
-        backend: GenerationBackend | Callable[[Policy], GenerationBackend] | None = None,
         schedule: RolloutSchedule | None = None,
         **kwargs: Any,
     ) -> None:
-        self.agent = agent
+        self.port = port
+        self.agent = port.agent
         self.schedule = schedule or SyncSchedule()
         self.rl = rl
         self.estimator = get_advantage_estimator(self.rl.algorithm.adv_estimator)
@@ -167,14 +161,11 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             if self.args.gradient_checkpointing:
                 critic_model.gradient_checkpointing_enable(self.args.gradient_checkpointing_kwargs)
             self.critic = Critic(critic_model, critic_settings, self.accelerator)
-        if not isinstance(backend, GenerationBackend):
-            model = self.accelerator.unwrap_model(self.model)
-            policy = Policy(
-                model, self._tokenizer, self._generation_model, self.accelerator.device, self.agent.codec.images
-            )
-            backend = (backend or HFGenerationBackend.from_policy)(policy)
-        self.backend = backend
-        self._synced_step = -1  # the engine may hold weights from before a resumed checkpoint: sync at first use
+        model = self.accelerator.unwrap_model(self.model)
+        policy = Policy(
+            model, self._tokenizer, self._generation_model, self.accelerator.device, self.agent.codec.images
+        )
+        port.connect(policy, self.accelerator, lambda: self.model, lambda: self.state.global_step)
 
     # --- advantages ----------------------------------------------------------------------------------------------
 
@@ -193,7 +184,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         mode = "train" if self.model.training else "eval"
         output["advantages"] = self._advantages(output, mode)
         if mode == "train" and (
-            self.rl.algorithm.rollout_correction.rollout_is is not None or self.backend.has_own_weights
+            self.rl.algorithm.rollout_correction.rollout_is is not None or self.port.backend.has_own_weights
         ):
             self._gap_chunks = None
             if "old_per_token_logps" in output or self._in_critic_warmup():

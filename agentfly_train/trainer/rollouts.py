@@ -1,9 +1,8 @@
-"""The trainer's rollouts: the generation backend kept in sync with the policy, training and validation
-episodes, their metrics and sample files."""
+"""The trainer's rollouts: training and validation episodes through the rollout port, their metrics and sample
+files."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import json
@@ -16,7 +15,6 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from agentfly_train.generation import GenerationBackend
 from agentfly_train.rollout import (
     Trajectory,
     reward_error_notes,
@@ -24,43 +22,12 @@ from agentfly_train.rollout import (
     summarize,
     training_rows,
 )
+from agentfly_train.run_dir import SAMPLE_DIRS, STEP_FILE
 from agentfly_train.samples import write_samples
-from agentfly_train.sharding import engine_weights, unsharded
 
 
 class RolloutMixin:
     """The trainer's rollouts. Mixed into :class:`~agentfly_train.trainer.AgentGRPOTrainer`, whose state it uses."""
-
-    @contextlib.contextmanager
-    def _rollout_backend(self) -> Iterator[GenerationBackend]:
-        """The generation backend, holding the current policy weights, for one rollout.
-
-        A backend with its own copy of the weights (vLLM) gets the policy's after every optimiser step, once,
-        before it next samples (TRL syncs its own vLLM engine the same way, on ``global_step``;
-        :meth:`_load_engine_weights`). Sampling from the policy itself (HF), an FSDP2 policy is held unsharded for
-        the rollout (:func:`~agentfly_train.sharding.unsharded`), since each process makes its own number of
-        forwards.
-        """
-        if not self.backend.has_own_weights:
-            with unsharded(self.model):
-                yield self.backend
-            return
-        if self._synced_step != self.state.global_step:
-            self._load_engine_weights()
-        yield self.backend
-
-    def _load_engine_weights(self) -> None:
-        """Hands a backend with its own weights the policy's. One shared by all processes (a vLLM server) gets them
-        from the main process, and the others wait until it has."""
-        shared = self.backend.shared_by_processes
-        weights = engine_weights(self.accelerator.unwrap_model(self.model))
-        if self.accelerator.is_main_process or not shared:
-            self.backend.load_weights(weights)
-        else:
-            collections.deque(weights, maxlen=0)  # an FSDP2 policy's tensors are gathered by all processes
-        if shared:
-            self.accelerator.wait_for_everyone()
-        self._synced_step = self.state.global_step
 
     @contextlib.contextmanager
     def _generation_model(self) -> Iterator[Any]:
@@ -147,7 +114,7 @@ class RolloutMixin:
         if not self.log_train_generations or not self.accelerator.is_main_process:
             return
         step = self.state.global_step + 1
-        path = Path(self.args.output_dir) / "train_samples" / f"step_{step:06d}.jsonl"
+        path = Path(self.args.output_dir) / SAMPLE_DIRS["train"] / STEP_FILE.format(step=step)
         written = self._train_samples_written if self._train_samples_step == step else 0
         self._train_samples_step = step
         kept = trajectories[: max(self.log_train_generations - written, 0)]
@@ -173,7 +140,7 @@ class RolloutMixin:
         stats["timing/s"] = time.perf_counter() - start
         stats.update(self._remote_failures())
         if self.accelerator.is_main_process and self.log_val_generations:
-            path = Path(self.args.output_dir) / "val_samples" / f"step_{self.state.global_step:06d}.jsonl"
+            path = Path(self.args.output_dir) / SAMPLE_DIRS["val"] / STEP_FILE.format(step=self.state.global_step)
             write_samples(path, trajectories[: self.log_val_generations])
         return {f"val/{name}": value for name, value in stats.items()}
 
@@ -185,5 +152,4 @@ class RolloutMixin:
     def close(self) -> None:
         """Stops the generator, the env-stepping threads, closes the envs and releases the generation backend."""
         self.schedule.close()
-        self.agent.close()
-        self.backend.close()
+        self.port.close()

@@ -35,7 +35,7 @@ from agentfly_train.rollout import EngineTime, Trajectory
 from agentfly_train.rollout.stream import EpisodeStream, run_to_end, streaming
 
 if TYPE_CHECKING:
-    from agentfly_train.config import AsyncTrainingConfig, TrainConfig
+    from agentfly_train.config.schema import AsyncTrainingConfig, TrainConfig
 
 
 class RolloutSchedule(ABC):
@@ -70,8 +70,8 @@ class RolloutSchedule(ABC):
 
     def run(self, trainer: Any, tasks: Sequence[Mapping[str, Any]], params: SamplingParams) -> list[Trajectory]:
         """Episodes of ``tasks`` played now, with the policy's current weights (validation, greedy baselines)."""
-        with trainer._rollout_backend() as backend:
-            return trainer.agent.run(backend, tasks, params)
+        with trainer.port.sampling() as backend:
+            return trainer.port.agent.run(backend, tasks, params)
 
     def timing_metrics(self) -> dict[str, float]:
         """``timing/generator_idle_frac`` (share of the wall time since the last step in which the engine had no
@@ -126,10 +126,10 @@ class SyncSchedule(RolloutSchedule):
     def episodes(self, trainer: Any, tasks: Sequence[Mapping[str, Any]], params: SamplingParams) -> list[Trajectory]:
         """See :meth:`RolloutSchedule.episodes`; logs ``timing/weight_sync_s`` and ``timing/engine_idle_frac``."""
         timing, synced = EngineTime(), time.perf_counter()
-        with trainer._rollout_backend() as backend:
+        with trainer.port.sampling() as backend:
             start = time.perf_counter()
             trainer.record_metrics({"timing/weight_sync_s": start - synced})
-            trajectories = trainer.agent.run(backend, tasks, params, timing)
+            trajectories = trainer.port.agent.run(backend, tasks, params, timing)
         trainer.record_metrics({"timing/engine_idle_frac": timing.idle_fraction})
         self._engine_busy_s += timing.busy_s
         self._trainer_wait_s += time.perf_counter() - synced
@@ -281,16 +281,19 @@ class AsyncSchedule(RolloutSchedule):
         self.capacity = math.ceil((1 + self.settings.staleness_threshold) * self.groups_per_step)
         self.start_budget = self.capacity
         reserved = max(trainer.val_batch_size, self.groups_per_step * chains)  # slots run() and the sync loop use
-        self._envs = trainer.agent.pool.take(reserved + self.capacity * chains)[reserved:]
+        self._envs = trainer.port.agent.pool.take(reserved + self.capacity * chains)[reserved:]
         self._free_slots = list(range(len(self._envs)))
         self.chains = chains
         self.synced_version = self.version()
         self.stream = EpisodeStream(
-            streaming(trainer.backend), trainer.agent.codec, trainer.agent.budgets, trainer.agent.executor
+            streaming(trainer.port.backend),
+            trainer.port.agent.codec,
+            trainer.port.agent.budgets,
+            trainer.port.agent.executor,
         )
         self.stream.version = self.synced_version
-        if trainer.backend.has_own_weights:
-            trainer._load_engine_weights()  # the engine may hold weights from before a resumed checkpoint
+        if trainer.port.backend.has_own_weights:
+            trainer.port.sync_weights()  # the engine may hold weights from before a resumed checkpoint
             self._thread = threading.Thread(target=self._generate, name="agentfly-generator", daemon=True)
             self._thread.start()
 
@@ -309,7 +312,7 @@ class AsyncSchedule(RolloutSchedule):
             keys = [group_id * self.chains + chain for chain in range(self.chains)]
             self.groups[group_id] = _Group(row, keys, slots)
             for key, slot in zip(keys, slots, strict=True):
-                self.stream.start(key, self._envs[slot], self.rows[row], self.trainer.agent.train_params)
+                self.stream.start(key, self._envs[slot], self.rows[row], self.trainer.port.agent.train_params)
             self.start_budget -= 1
 
     def _pump(self, wait_for_env: bool) -> bool:
@@ -358,7 +361,7 @@ class AsyncSchedule(RolloutSchedule):
         self._sync_if_due()
         version, wanted = self.version(), len(tasks) // self.chains
         waited, taken, staleness = time.perf_counter(), {}, []
-        if not trainer.backend.has_own_weights:
+        if not trainer.port.backend.has_own_weights:
             self.stream.version = version  # it samples from the policy as it is now
         with self.lock:
             self.in_flight_at_take = self.stream.in_flight
@@ -366,7 +369,7 @@ class AsyncSchedule(RolloutSchedule):
                 self._raise_generator_error()
                 if not self.finished_groups:
                     if self._thread is None:
-                        with trainer._rollout_backend():  # the policy itself samples (unsharded under FSDP2)
+                        with trainer.port.sampling():  # the policy itself samples (unsharded under FSDP2)
                             self._pump(wait_for_env=True)
                     else:
                         self.ready.wait(timeout=0.5)
@@ -402,7 +405,7 @@ class AsyncSchedule(RolloutSchedule):
         samples from the policy itself has them after every update); without ``partial_rollout`` it first lets the
         episodes in flight end (starting none). The generator may then start the groups that bring those not yet
         trained back up to ``(1 + staleness_threshold)`` steps' (no more until the next sync)."""
-        version, own_weights = self.version(), self.trainer.backend.has_own_weights
+        version, own_weights = self.version(), self.trainer.port.backend.has_own_weights
         if version - self.synced_version < (self.settings.trigger_parameter_sync_step if own_weights else 1):
             return
         with self.lock:
@@ -414,7 +417,7 @@ class AsyncSchedule(RolloutSchedule):
                 self._raise_generator_error()
             start = time.perf_counter()
             if own_weights:
-                self.trainer._load_engine_weights()
+                self.trainer.port.sync_weights()
             self.trainer.record_metrics({"timing/weight_sync_s": time.perf_counter() - start})
             self.stream.version = self.synced_version = version
             self.start_budget = self.capacity - len(self.groups)
@@ -425,13 +428,13 @@ class AsyncSchedule(RolloutSchedule):
         training requests), with the current weights, while the background generator waits."""
         self._bind(trainer)
         with self.lock:
-            if trainer.backend.has_own_weights and self.synced_version != self.version():
-                trainer._load_engine_weights()
+            if trainer.port.backend.has_own_weights and self.synced_version != self.version():
+                trainer.port.sync_weights()
                 self.stream.version = self.synced_version = self.version()
             keys = range(self._next_key, self._next_key - len(tasks), -1)
             self._next_key -= len(tasks)
-            envs = trainer.agent.pool.take(len(tasks))
-            with contextlib.nullcontext() if trainer.backend.has_own_weights else trainer._rollout_backend():
+            envs = trainer.port.agent.pool.take(len(tasks))
+            with contextlib.nullcontext() if trainer.port.backend.has_own_weights else trainer.port.sampling():
                 return run_to_end(self.stream, envs, tasks, params, keys)
 
     def metrics(self) -> dict[str, float]:

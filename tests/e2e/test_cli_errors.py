@@ -10,7 +10,9 @@ import time
 import pytest
 
 from agentfly_train.__main__ import main
-from tests.conftest import REPO_ROOT, needs_train_extra, run_cli
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.processes import run_cli
+from tests.helpers.skips import needs_train_extra
 
 pytestmark = needs_train_extra  # the CLI loads its configuration with hydra
 

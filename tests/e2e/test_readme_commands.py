@@ -1,6 +1,7 @@
 """The documented training-side commands that no other test runs: the dry run, and eval and report of a run.
 
-Each runs as the README or docs/ writes it (:func:`tests.conftest.readme_command`), on a one-step tiny quickstart run.
+Each runs as the README or docs/ writes it (:func:`tests.helpers.readme.readme_command`), on a one-step tiny quickstart
+run.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import pytest
 pytest.importorskip("trl", reason="the trainer's commands need the train extra: pip install 'agentfly-rl[train]'")
 
 from agentfly_train.__main__ import main
-from tests.conftest import REPO_ROOT, readme_command, runs_readme_command
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.readme import readme_command, runs_readme_command
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 
 import agentfly_envs
 from agentfly_envs import ENVIRONMENTS
-from tests.conftest import OFFLINE_KWARGS, needs_scienceworld, needs_textarena, needs_textworld_express
 from tests.envs.hostile import HOSTILE_ACTIONS
+from tests.helpers.paths import OFFLINE_KWARGS
+from tests.helpers.skips import needs_scienceworld, needs_textarena, needs_textworld_express
 
 TWX_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agentfly/TWX-"))
 """The TextWorldExpress worlds: they need the textworld-express package and Java, and no data."""
@@ -18,7 +19,7 @@ SCIENCEWORLD_IDS = ["agentfly/ScienceWorld"]
 """ScienceWorld: it needs the scienceworld package and Java, and no data."""
 WORLD_IDS = TWX_IDS + PUZZLE_IDS + SCIENCEWORLD_IDS
 MINIWOB_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agentfly/MiniWoB-"))
-"""The MiniWoB web pages: each env starts a Chromium (seconds), so tests/envs/test_web.py runs these checks on two
+"""The MiniWoB web pages: each env starts a Chromium (seconds), so worlds/test_web.py runs these checks on two
 shared browsers (one per observation mode) that play every page, instead of one browser per id and test here."""
 NO_GOLDEN_IDS = {"agentfly/TextArena-2048"}
 """Ids without golden episodes (no solver): the tests that replay them are skipped."""

@@ -8,7 +8,7 @@ from agentfly_envs.core import truncate_middle
 from agentfly_envs.parsers import PARSERS
 from agentfly_envs.rewards import REWARDS, RewardResult
 from tests.envs.hostile import HOSTILE_ACTIONS
-from tests.envs.tools.test_base import NAP
+from tests.helpers.tools import NAP
 
 ROW = {"question": "Ava has 3 bags of 4 apples. How many apples?", "answer": "3*4=<<3*4=12>>12\n#### 12"}
 

@@ -5,8 +5,8 @@ import gymnasium as gym
 import pytest
 
 import agentfly_envs  # noqa: F401
-from tests.conftest import HUMANEVAL_SAMPLE, OFFLINE_KWARGS
 from tests.envs.golden import replay_golden_episodes
+from tests.helpers.paths import HUMANEVAL_SAMPLE, OFFLINE_KWARGS
 
 FORMATS = {
     "agentfly/Math-Python": ("hermes", "react", "code", "tool_calls"),

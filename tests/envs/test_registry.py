@@ -49,3 +49,27 @@ def test_builtin_registries_hold_what_the_readme_lists():
     }  # fmt: skip
     assert set(RETRIEVERS) == {"bm25", "context", "http"}
     assert set(WORLDS) == {"scienceworld", "textarena", "textworld_express"}
+
+
+def test_an_entry_point_is_named_without_importing_and_imported_when_looked_up(tmp_path, monkeypatch):
+    (tmp_path / "late_member.py").write_text("IMPORTS = []\nIMPORTS.append(1)\n\ndef member():\n    return 'late'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = Registry("thing", where="here.py")
+    registry.add_entry_point("late", "late_member:member")
+    registry.add("early", str)
+    import sys
+
+    assert "late" in registry and list(registry) == ["early", "late"] and len(registry) == 2
+    assert "late_member" not in sys.modules  # naming, listing and testing membership import nothing
+    assert registry.get("late")() == "late"
+    assert sys.modules["late_member"].IMPORTS == [1]
+    assert registry.get("late") is registry.get("late")  # imported once
+    with pytest.raises(DuplicateRegistrationError, match="'late' is already registered"):
+        registry.add("late", str)
+
+
+def test_a_missing_name_among_entry_points_suggests_the_close_one():
+    registry = Registry("thing", where="here.py")
+    registry.add_entry_point("vllm_server", "nowhere_at_all:member")
+    with pytest.raises(UnknownNameError, match="did you mean 'vllm_server'"):
+        registry.get("vllm_servr")

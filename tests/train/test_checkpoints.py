@@ -1,5 +1,5 @@
 """Checkpoint manifests, resume selection and pruning on checkpoint directories laid out as the trainer writes them
-(the training runs that write, break and resume real ones are in ``test_resume.py``)."""
+(the training runs that write, break and resume real ones are in ``trainer/test_resume.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from agentfly_train.checkpoints import checkpoint_problem, prune, publish, staging_dir
 from agentfly_train.config import ConfigError
 from agentfly_train.train import resume_checkpoint
-from tests.train.conftest import quickstart_config
+from tests.helpers.runs import quickstart_config
 
 MODEL_BYTES = 4096
 

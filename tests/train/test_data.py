@@ -11,7 +11,7 @@ import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.errors import DataUnavailableError, TaskFormatError
 from agentfly_envs.tasks.files import check_json_file
 from agentfly_train.data import file_task_rows, takes_data_files, trl_dataset
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 
 def test_prompts_are_rendered_for_the_rows_read_and_only_those(capfd):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_train_extra
+from tests.helpers.skips import needs_train_extra
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agentfly_train"
 MODULES = sorted(

@@ -14,10 +14,10 @@ import pytest
 from agentfly_envs.errors import TaskFormatError
 from agentfly_train.__main__ import main
 from agentfly_train.config import load_config
-from tests.conftest import REPO_ROOT, readme_command, runs_readme_command
-from tests.train.conftest import free_port, step_records
-
-pytestmark = pytest.mark.slow
+from tests.helpers.paths import REPO_ROOT
+from tests.helpers.processes import free_port
+from tests.helpers.readme import readme_command, runs_readme_command
+from tests.helpers.runs import step_records
 
 TINY_SUMS = '''"""A verifiers taskset: add two numbers; the reward checks the reply's last word."""
 import verifiers.v1 as vf
@@ -68,6 +68,7 @@ SMALLEST = (
 """The documented runs at the smallest sizes: turns of 8 tokens, a tiny model."""
 
 
+@pytest.mark.slow  # two RL steps of the tiny model
 @runs_readme_command(
     "python -m agentfly_train --config quickstart agent.env=verifiers:tiny_sums 'agent.env_kwargs={}' "
     "'data.val_env_kwargs={}' agent.max_turns=1 sft.enable=false data.train_batch_size=2 agent.num_chains=2 "
@@ -98,6 +99,7 @@ def test_dry_run_checks_a_verifiers_taskset(tmp_path, monkeypatch, capsys):
     assert out.rstrip().endswith("round trip ok")
 
 
+@pytest.mark.slow  # a served env and two RL steps of the tiny model
 @runs_readme_command(
     "python -m agentfly_envs serve agentfly/Arith-Calc --port 8000 "
     '--env-kwargs \'{"level": "single", "parser": "tool_calls"}\''

@@ -10,7 +10,7 @@ import torch.distributed
 from transformers import TrainingArguments
 
 from agentfly_train import quiet
-from tests.train.conftest import free_port
+from tests.helpers.processes import free_port
 
 
 @pytest.mark.parametrize(

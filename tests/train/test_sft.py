@@ -9,7 +9,7 @@ from agentfly_train.build import env_kwargs, make_codec, train_rows
 from agentfly_train.config import ConfigError
 from agentfly_train.models import load_policy
 from agentfly_train.sft import golden_token_rows
-from tests.train.conftest import quickstart_config
+from tests.helpers.runs import quickstart_config
 
 
 @pytest.fixture(scope="module")

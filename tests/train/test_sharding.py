@@ -17,7 +17,7 @@ TOLERANCE = 1e-6
 
 
 def test_sharded_policy_gives_the_unsharded_ones_weights_and_outputs():
-    from tests.train.conftest import free_port, run_cli
+    from tests.helpers.processes import free_port, run_cli
 
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
                "-m", "tests.train.test_sharding"]  # fmt: skip

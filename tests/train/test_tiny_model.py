@@ -77,7 +77,7 @@ def test_model_forward_and_save_load(tmp_path, tiny_tokenizer):
 def test_a_saved_tiny_policy_reloads_with_the_same_token_ids(tmp_path, tiny_tokenizer):
     from agentfly_train.models import load_policy
     from agentfly_train.tiny_model import build_tiny_checkpoint
-    from tests.train.conftest import quickstart_config
+    from tests.helpers.runs import quickstart_config
 
     build_tiny_checkpoint(tmp_path, hidden_size=32, num_layers=1)
     _, tokenizer = load_policy(quickstart_config([f"actor_rollout_ref.model.path={tmp_path}"]))
@@ -90,7 +90,8 @@ def test_a_saved_tiny_policy_reloads_with_the_same_token_ids(tmp_path, tiny_toke
 def test_the_tiny_vlms_initialise_text_and_vision_weights_at_initializer_range(tiny_tokenizer, model_path):
     import copy
 
-    from agentfly_train.tiny_model import TINY_POLICIES, add_vision_tokens
+    from agentfly_train.tiny_model import add_vision_tokens
+    from agentfly_train.tiny_policies import TINY_POLICIES
 
     tokenizer = add_vision_tokens(copy.deepcopy(tiny_tokenizer))
     for initializer_range in (0.02, 0.1):

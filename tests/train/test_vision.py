@@ -39,16 +39,10 @@ from agentfly_train.tiny_model import (
     build_vl_model,
 )
 from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs, message_images
-from tests.conftest import readme_command, run_cli, runs_readme_command
-from tests.train.conftest import (
-    console_errors,
-    final_weights,
-    open_page,
-    quickstart_config,
-    select,
-    step_records,
-    sync_and_on_policy_async,
-)
+from tests.helpers.browser import console_errors, open_page, select
+from tests.helpers.processes import run_cli
+from tests.helpers.readme import readme_command, runs_readme_command
+from tests.helpers.runs import final_weights, quickstart_config, step_records, sync_and_on_policy_async
 
 ENV_ID = "agentfly/MiniWoB-ClickButton"
 SCROLL = "Thought: I look further down.\nAction: scroll(start_box='(80,100)', direction='down')"
@@ -404,11 +398,11 @@ def test_async_on_screenshots_with_max_staleness_0_equals_sync_under_greedy_deco
     """Screenshots through the CLI's off-policy schedule (``async_training.enable=true``, on-policy settings, HF,
     greedy): two steps give the same rewards, losses, importance weights and updated weights as the synchronous
     schedule, so the stream sampled from the screenshots the trainer's loss then read."""
-    from tests.train.red_or_blue import ENV_ID as RED_OR_BLUE
+    from tests.helpers.red_or_blue import ENV_ID as RED_OR_BLUE
 
     common = _screenshot_overrides(
         f"agent.env={RED_OR_BLUE}",
-        "agent.imports=[tests/train/red_or_blue.py]",
+        "agent.imports=[tests/helpers/red_or_blue.py]",
         "agent.env_kwargs={obs: screenshot, num_tasks: 8}",
         "agent.max_tokens_per_turn=8",
         "actor_rollout_ref.rollout.response_length=16",
@@ -535,6 +529,7 @@ def test_a_qwen3_vl_episode_wraps_each_screenshot_observation_as_a_tool_response
     assert whole[: len(ids)] == ids
 
 
+@pytest.mark.slow  # Chromium and two RL steps of a tiny VLM through the CLI, for each command
 @pytest.mark.timeout(600)
 @runs_readme_command(
     "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-vl agent.env=agentfly/MiniWoB-ClickButton "

@@ -8,8 +8,10 @@ import math
 
 import pytest
 
-from tests.conftest import needs_textworld_express, readme_command, runs_readme_command
-from tests.train.conftest import run_cli, step_records
+from tests.helpers.processes import run_cli
+from tests.helpers.readme import readme_command, runs_readme_command
+from tests.helpers.runs import step_records
+from tests.helpers.skips import needs_textworld_express
 
 pytestmark = [pytest.mark.slow, needs_textworld_express]
 

@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 pytest.importorskip("verl.experimental.agent_loop", reason="needs verl 0.9 (installed by .ci/run)")
 from omegaconf import OmegaConf

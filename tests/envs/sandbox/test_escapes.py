@@ -19,8 +19,8 @@ import pytest
 from agentfly_envs.rewards import code_reward
 from agentfly_envs.sandbox import ExecStatus, SandboxError, SandboxLimits, SandboxPool
 from agentfly_envs.tools.python_executor import describe
-from tests.conftest import REPO_ROOT
 from tests.envs.sandbox.runtime import runtime_dirs_in_tmp
+from tests.helpers.paths import REPO_ROOT
 
 LIMITS = SandboxLimits(timeout_s=5.0, cpu_s=1, memory_bytes=256 << 20, disk_bytes=8 << 20)
 
@@ -201,14 +201,14 @@ def test_a_retired_fork_server_keeps_its_sessions(pool):
     """A fork server that stops answering is replaced; sessions it started keep running and keep their state."""
     with SandboxPool(LIMITS, workers=1, spares=0) as own, own.session() as healthy:
         healthy.run("x = 'kept'")
-        server = own._server
+        server = own._fork_server.process
         os.kill(server.pid, 19)  # SIGSTOP: it hangs
-        own._control.settimeout(1.0)
+        own._fork_server.control.settimeout(1.0)
         try:
             assert own.run("print(6 * 7)").output == "42\n"  # from a new fork server
         finally:
             os.kill(server.pid, 18)  # SIGCONT
-        assert own._server is not server
+        assert own._fork_server.process is not server
         assert healthy.run("x").output == "'kept'\n"
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from agentfly_envs.sandbox import ExecStatus, SandboxLimits, SandboxPool
-from tests.conftest import REPO_ROOT
 from tests.envs.sandbox.runtime import runtime_dirs_in_tmp
+from tests.helpers.paths import REPO_ROOT
 
 LIMITS = SandboxLimits(timeout_s=1.0, cpu_s=5, memory_bytes=256 << 20, processes=16, file_bytes=1 << 20)
 CANARY = "AGENTFLY_TEST_SECRET_KEY"
@@ -155,7 +155,7 @@ def test_work_dir_is_per_session_and_removed(pool):
         workdir = Path(first.run("import os; open('mine.txt', 'w').write('1'); print(os.getcwd())").output.strip())
         assert second.run("import os; os.listdir('.')").output == "[]\n"
         if pool.isolation.namespaces:  # the work dir lives in the session's own memory, never on the host
-            assert workdir == Path("/home/sandbox") and not list(Path(pool._server_root).rglob("mine.txt"))
+            assert workdir == Path("/home/sandbox") and not list(Path(pool._fork_server.root).rglob("mine.txt"))
             return
         assert workdir.exists()
     deadline = time.monotonic() + 5
@@ -241,7 +241,7 @@ def test_as_an_ordinary_user_in_a_user_namespace():
 def test_isolation_is_reported(pool):
     isolation = pool.isolation
     assert isolation.separate_user is (os.geteuid() == 0)
-    if pool._config["isolation"] == "none":
+    if pool._fork_server.config["isolation"] == "none":
         assert not isolation.namespaces and "isolation='none'" in isolation.note
     else:
         assert isolation.namespaces == (isolation.note == "")

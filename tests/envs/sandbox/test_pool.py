@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentfly_envs.sandbox import ExecStatus, SandboxError, SandboxLimits, SandboxPool, default_pool
-from agentfly_envs.sandbox.pool import read_output
+from agentfly_envs.sandbox.outcome import read_output
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +148,9 @@ def test_at_most_workers_calls_run_at_once():
 def test_a_dead_fork_server_is_replaced(pool):
     with pool.session() as session:
         session.run("x = 1")
-        root = Path(pool._server_root)
-        os.kill(pool._server.pid, signal.SIGKILL)
-        pool._server.wait()
+        root = Path(pool._fork_server.root)
+        os.kill(pool._fork_server.process.pid, signal.SIGKILL)
+        pool._fork_server.process.wait()
         deadline = time.monotonic() + 5
         while (result := session.run("x")).status is ExecStatus.OK and time.monotonic() < deadline:
             time.sleep(0.01)  # the session dies with its guard, which dies with the fork server

@@ -1,10 +1,9 @@
-import time
-
 import pytest
 
 from agentfly_envs import TOOLS, Tool, ToolError, register_tool
 from agentfly_envs.errors import DuplicateRegistrationError
 from agentfly_envs.tools import CallStatus, get_tool
+from tests.helpers.tools import NAP
 
 
 def _scale(value: float, factor: int = 2, label: str = "x") -> str:
@@ -23,20 +22,6 @@ def _scale(value: float, factor: int = 2, label: str = "x") -> str:
 
 
 SCALE = Tool(_scale, name="scale")
-
-
-def _nap(seconds: float) -> str:
-    """Rest a while.
-
-    Args:
-        seconds: How long, in seconds.
-    """
-    time.sleep(seconds)
-    return "rested"
-
-
-NAP = Tool(_nap, name="nap")
-"""A tool whose calls take as long as they ask (``{"seconds": 0.05}``: 50 ms)."""
 
 
 def test_valid_call_runs():

@@ -6,9 +6,9 @@ from agentfly_envs.retrieval import BM25Index, Passage, context_passages
 from agentfly_envs.tasks import HotpotQATasks
 from agentfly_envs.tools import CallStatus, get_tool
 from agentfly_envs.tools.search import SearchTool
-from tests.conftest import HOTPOTQA_SAMPLE
 from tests.envs.golden import replay_golden_episodes
 from tests.envs.retrieval.server import serve_retrieval
+from tests.helpers.paths import HOTPOTQA_SAMPLE
 
 ENV_ID = "agentfly/HotpotQA-Search"
 

@@ -1,0 +1,141 @@
+"""One call in a session: send the code, wait for the reply under the wall clock and the CPU budget, and judge how
+it ended. What the session's process does is read from the host's ``/proc``, never asked of the session, whose code
+could lie."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import select
+import threading
+import time
+
+from agentfly_envs.sandbox import protocol
+from agentfly_envs.sandbox.fork_server import STARTUP_TIMEOUT_S, SessionProcess
+from agentfly_envs.sandbox.limits import SandboxLimits
+from agentfly_envs.sandbox.outcome import classify, read_output
+from agentfly_envs.sandbox.protocol import Reply
+from agentfly_envs.sandbox.results import Execution, SandboxError
+
+GRACE_S = 1.0
+"""How long past its timeout a call may take to stop by itself before its interpreter is killed, in seconds."""
+CPU_CHECK_S = 0.1
+"""How often the pool checks the CPU time of a running call, in seconds."""
+THREAD_GRACE_S = 0.05
+"""How long threads a call started (and joined) may take to exit after it ends, in seconds."""
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class Gone(Exception):
+    """A session's interpreter was gone before a call could start in it (the code did not run)."""
+
+
+def run_call(
+    process: SessionProcess,
+    code: str,
+    echo: bool,
+    timeout_s: float | None,
+    limits: SandboxLimits,
+    slots: threading.BoundedSemaphore,
+) -> Execution:
+    """Runs one call in ``process``; never raises for anything the code does.
+
+    Args:
+        process: The session.
+        code: Python source.
+        echo: Print the value of a final expression.
+        timeout_s: Wall-clock limit of this call, in seconds (default: ``limits.timeout_s``).
+        limits: The session's limits.
+        slots: The pool's calls running at once; the call holds one while it runs.
+
+    Raises:
+        Gone: the interpreter was gone before the code could run.
+        SandboxError: the session could not set itself up.
+    """
+    timeout_s = limits.timeout_s if timeout_s is None else timeout_s
+    start = time.monotonic()
+    if not process.ready:
+        _wait_ready(process)
+    # A random id, and nothing of a call outlives it (no process, no thread: see threads_left), so no
+    # code can answer for a later call; code can still forge the reply to its own call.
+    request = {"op": "run", "id": secrets.token_hex(8), "code": code, "echo": echo}
+    request.update(timeout_s=timeout_s, cpu_s=limits.cpu_s)
+    with slots:
+        try:
+            protocol.send(process.sock, request)
+        except OSError as e:
+            raise Gone(f"the interpreter had died ({e})") from None
+        process.calls += 1
+        cpu_budget = cpu_seconds(process.pid) + limits.cpu_s + GRACE_S
+        reply, detail = _await_reply(process, request["id"], time.monotonic() + timeout_s + GRACE_S, cpu_budget)
+    threads = threads_left(process.pid) if reply.answered else 0
+    seconds = time.monotonic() - start
+    output = read_output(process.output_fd, limits.output_bytes)
+    os.ftruncate(process.output_fd, 0)  # hold no output memory between calls
+    execution = classify(reply, detail, output, file_bytes=limits.file_bytes, timeout_s=timeout_s, seconds=seconds)
+    if threads:
+        reason = f"{threads} thread{'s' * (threads > 1)} the code started still ran at the end of the call"
+        execution = dataclasses.replace(execution, restarted=True, restart_reason=reason)
+    return execution
+
+
+def _wait_ready(process: SessionProcess) -> None:
+    """Reads the guard's message (the session's pid) and the session's ``ready`` (or why it failed)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not process.ready:
+        try:
+            message = protocol.receive(process.sock, deadline)
+        except (protocol.ProtocolError, TimeoutError) as e:
+            raise Gone(f"the session did not start: {e}") from None
+        if "pid" in message:
+            process.pid = int(message["pid"])
+        elif message.get("ready") and process.pid:
+            process.ready = True
+        else:
+            raise SandboxError(f"a sandbox session failed to start: {message.get('error', message)}")
+
+
+def _await_reply(process: SessionProcess, request_id: str, deadline: float, cpu_budget: float) -> tuple[Reply, str]:
+    """Waits for the reply to the request ``request_id``: ``(reply, detail)`` as the session reports it, or
+    ``(KILLED | CPU_KILLED | CRASHED, ...)`` when it does not answer in time (``deadline``, ``time.monotonic()``),
+    uses more CPU time than ``cpu_budget`` seconds in all (checked every :data:`CPU_CHECK_S`; the code may raise its
+    own CPU limit, never this one) or dies."""
+    try:
+        while True:
+            wait = min(deadline - time.monotonic(), CPU_CHECK_S)
+            if wait > 0 and not select.select([process.sock], [], [], wait)[0]:
+                if cpu_seconds(process.pid) > cpu_budget:
+                    return Reply.CPU_KILLED, "it used up its CPU time and did not stop"
+                continue
+            reply = protocol.receive(process.sock, deadline)
+            if reply.get("id") == request_id:  # other replies (forged by the code) are skipped
+                return Reply.parse(reply.get("status")), str(reply.get("detail", ""))
+    except TimeoutError:
+        return Reply.KILLED, "it did not stop at its time limit"
+    except (protocol.ProtocolError, OSError) as e:
+        return Reply.CRASHED, f"the interpreter died ({e})"
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time the session's interpreter ``pid`` (all its threads) has used, in seconds; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rpartition(b")")[2].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime + stime
+
+
+def threads_left(pid: int) -> int:
+    """How many threads besides its main one the session's interpreter ``pid`` has after a call (waiting up to
+    :data:`THREAD_GRACE_S` for threads that are just exiting)."""
+    deadline = time.monotonic() + THREAD_GRACE_S
+    while True:
+        try:
+            threads = len(os.listdir(f"/proc/{pid}/task")) - 1
+        except FileNotFoundError:  # died after answering: the next call finds out
+            return 0
+        if threads == 0 or time.monotonic() > deadline:
+            return threads
+        time.sleep(0.001)

@@ -1,0 +1,482 @@
+"""The configuration's schema: one dataclass per section, their defaults and the constraints on their values.
+
+The key surface is the one AgentFly/verl users know (``agent.*``, ``algorithm.*``, ``data.*``,
+``actor_rollout_ref.*``, ``critic.*``, ``trainer.*``); the dataclass defaults are those of AgentFly's training
+guide and what a real model needs. Each field's constraint (> 0, within [0, 1], one of a registry's names) is
+declared on it (:mod:`agentfly_train.config.constraints`) and checked by :mod:`agentfly_train.config.validation`.
+Only the standard library is imported here (and :mod:`agentfly_envs`, the package below, where a property reads it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentfly_train.config.actor_rollout_ref import (
+    ActorRolloutRefConfig,
+    OptimConfig,
+)
+from agentfly_train.config.constraints import (
+    AtLeast,
+    NonNegative,
+    OneOf,
+    Positive,
+    Registered,
+    Within,
+    setting,
+)
+
+if TYPE_CHECKING:
+    from agentfly_envs.user_code import UserCode
+
+FILES_ENV = "agentfly/Files"
+"""The env built from ``data.train_files`` + ``agent.tools`` + ``agent.reward_name`` when ``agent.env`` is unset."""
+TINY_MODEL = "agentfly:tiny"
+"""``actor_rollout_ref.model.path`` value that builds the tiny local model and tokenizer (no download)."""
+TINY_VL_MODEL = "agentfly:tiny-vl"
+"""``actor_rollout_ref.model.path`` value that builds a tiny Qwen2.5-VL-architecture model, tokenizer and image
+processor (no download), a vision-language policy for offline runs and tests."""
+TINY_QWEN3_VL_MODEL = "agentfly:tiny-qwen3-vl"
+"""``actor_rollout_ref.model.path`` value that builds a tiny Qwen3-VL-architecture model, tokenizer and image
+processor (no download); :data:`agentfly_train.tiny_model.TINY_POLICIES` maps each tiny name to its builders."""
+
+AGENT_TYPES = {"hf": "tool_calls", "hermes": "hermes", "react": "react", "code": "code", "gui": "gui"}
+"""``agent.agent_type`` -> the env parser that reads the model's turns (``hf``: the trainer reads the chat template's
+own tool-call format and hands the env structured calls, :mod:`agentfly_train.chat_templates.families`)."""
+LOGGERS = ("console", "wandb", "tensorboard")
+RESUME_MODES = ("auto", "disable", "resume_path")
+SFT_SCHEDULES = ("linear", "cosine", "constant")
+
+
+@dataclass
+class AgentConfig:
+    """The agent: which env, how the model talks to it, and the rollout budgets.
+
+    Attributes:
+        env: Registered env id (``agentfly/...``), ``openenv:<url>`` (an env on a server speaking OpenEnv's
+            protocol) or ``verifiers:<module>`` (a verifiers taskset); ``null`` (AgentFly's way) builds the env from
+            the guide's parts: the rows of ``data.train_files`` (``agentfly/Files``), ``agent.tools``,
+            ``agent.reward_name`` and ``agent.agent_type``.
+        env_kwargs: Extra ``gymnasium.make`` keyword arguments (e.g. ``level`` for Arith-Calc).
+        tool_options: Per-tool options, ``{tool: {option: value}}`` (the env's ``tool_options``), e.g.
+            ``{google_search: {backend: bm25, corpus_file: wiki.jsonl}}``.
+        agent_type: ``hf`` (the model family's own tool-call format, read with transformers' response parsing and
+            written as its chat template renders calls: Qwen's ``<tool_call>`` JSON, Llama 3.1's bare JSON, gpt-oss's
+            commentary channel...), ``hermes`` (``<tool_call>`` JSON blocks whatever the template), ``react``,
+            ``code`` (formats the system prompt describes, with the tools) or ``gui`` (GUI agents' actions, UI-TARS's
+            ``Action: click(start_box='(x,y)')`` or Qwen2.5-VL's ``computer_use`` calls, for the web envs).
+        tools: Tool names replacing the env's defaults (``google_search`` is our ``search`` under AgentFly's
+            name); ``null`` keeps the env's (``[calculator]`` for an env built from files).
+        model_name_or_path: Alias of ``actor_rollout_ref.model.path`` (AgentFly's spelling).
+        template: Chat template: ``null`` for the tokenizer's own, one we ship (``compact_tools``, ``qwen2.5-vl``,
+            ``qwen3-vl``), a TRL template name (``qwen2_5``, ``llama3_1``, ...) or a path to a ``.jinja`` file. One
+            that rewrites past turns (Qwen3's, gpt-oss's) is replaced by TRL's training variant of its family for
+            rollouts and the warm start (a ``note:`` says so).
+        chat_template_kwargs: Extra variables of the chat template, passed to every rendering (rollouts, warm
+            start, dry run), e.g. ``{enable_thinking: false}`` for Qwen3 or ``{reasoning_effort: low}`` for gpt-oss.
+        past_reasoning: What a reasoning model's earlier turns keep of their reasoning in the next turn's prompt:
+            ``keep`` (the sampled tokens as they are: one growing sequence per episode, trained once) or ``drop``
+            (the tokens through the end of the turn's reasoning, e.g. Qwen3's ``</think>``, leave the context; each
+            turn is then trained as its own sample in the context it was sampled in, with its episode's advantage).
+        reward_name: Registered reward function replacing the env's scoring; ``null`` keeps it.
+        max_turns: Assistant turns per episode.
+        num_chains: Rollouts per prompt (the GRPO group size).
+        max_tokens_per_turn: New tokens per assistant turn (also capped by what is left of
+            ``actor_rollout_ref.rollout.response_length``).
+        use_agent: ``false`` gives the model one turn and no tools.
+        backend: Generation backend, ``hf`` or ``vllm`` (alias of ``actor_rollout_ref.rollout.name``); AgentFly's
+            ``async_verl``, ``verl``, ``async_vllm`` mean ``vllm``, ``transformers`` means ``hf``
+            (:data:`agentfly_train.generation.base.GENERATION_BACKENDS` knows these names).
+        imports: The user's modules (dotted names) or ``.py`` files, imported before the configuration is checked
+            (and on every process that builds envs): what they register (tools, rewards, parsers, env ids,
+            estimators, backends) can then be named by the other keys.
+        max_images: Images (screenshots) in an episode's context, prompt and observations together: the newest are
+            kept, and each older one is replaced by a line of text, so the policy always sees the latest screens;
+            each turn is then trained as its own sample in the context it was sampled in (as with
+            ``past_reasoning=drop``). ``null``: no cap (the context keeps every screenshot).
+        image_max_pixels: Largest image the policy sees, in pixels (width x height): the image processor scales a
+            larger screenshot down (aspect kept, sides in multiples of its patch size) for rollouts and the loss
+            alike; ``null``: the processor's own limit.
+    """
+
+    env: str | None = None
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    tool_options: dict[str, Any] = field(default_factory=dict)
+    agent_type: str = setting("hf", OneOf(tuple(AGENT_TYPES)))
+    tools: list[str] | None = setting(None, Registered("agentfly_envs.tools:TOOLS"))
+    model_name_or_path: str | None = None
+    template: str | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    past_reasoning: str = setting("keep", OneOf(("keep", "drop")))
+    reward_name: str | None = setting(None, Registered("agentfly_envs.rewards:REWARDS"))
+    max_turns: int = setting(4, Positive())
+    num_chains: int = setting(8, Positive())
+    max_tokens_per_turn: int = setting(1024, Positive())
+    use_agent: bool = True
+    backend: str | None = None
+    imports: list[str] = field(default_factory=list)
+    max_images: int | None = setting(None, NonNegative(" (null: no cap)"))
+    image_max_pixels: int | None = setting(None, Positive(allow_none=True))
+
+    @property
+    def sees_images(self) -> bool:
+        """Whether the env's observations hold images (``env_kwargs.obs=screenshot``): a vision-language policy."""
+        return self.env_kwargs.get("obs") == "screenshot"
+
+    @property
+    def trains_turn_rows(self) -> bool:
+        """Whether the rollout rewrites an episode's context between turns (past reasoning dropped, or screenshots
+        beyond ``max_images``), so that each turn is trained as its own sample."""
+        return self.past_reasoning == "drop" or (self.sees_images and self.max_images is not None)
+
+    @property
+    def turns(self) -> int:
+        """The turns an episode may take: ``max_turns``, or 1 with ``use_agent=false``."""
+        return self.max_turns if self.use_agent else 1
+
+
+@dataclass
+class KLControlConfig:
+    """The coefficient β of the KL penalty in the reward (``algorithm.kl_ctrl``); checkpointed with the run.
+
+    Attributes:
+        type: ``fixed`` (β stays ``kl_coef``) or ``adaptive`` (β steered so the KL tracks ``target_kl``;
+            Ziegler et al., 2019).
+        kl_coef: β at the start (> 0).
+        target_kl: ``adaptive``: the KL to track, nats per token.
+        horizon: ``adaptive``: episodes over which a 20 % KL error moves β by 20 %.
+    """
+
+    type: str = setting("fixed", Registered("agentfly_train.algorithms:KL_CONTROLLERS"))
+    kl_coef: float = 0.001
+    target_kl: float = 0.1
+    horizon: int = 10_000
+
+
+@dataclass
+class RolloutCorrectionConfig:
+    """Importance weights for the gap between the rollout engine's log-probs and the trainer's
+    (``algorithm.rollout_correction``, verl's keys; :func:`agentfly_train.algorithms.rollout_is_weights`).
+
+    Attributes:
+        rollout_is: ``null`` (off: the gap is still logged as ``rollout/logprob_diff_mean``/``_max`` when the
+            engine is vLLM), ``token`` or ``sequence``.
+        rollout_is_threshold: A number (truncate the weights there, TIS) or ``"lower_upper"`` (zero the weights
+            outside, e.g. ``"0.5_5.0"``).
+    """
+
+    rollout_is: str | None = None
+    rollout_is_threshold: str = "2.0"
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantage estimation and KL-in-reward (``algorithm.*``).
+
+    Attributes:
+        adv_estimator: ``grpo``, ``rloo``, ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``,
+            ``remax`` (a greedy rollout per prompt is the baseline), ``gae`` (PPO, trains ``critic.*``),
+            ``grpo_passk``, ``opo``, ``gpg`` (``agentfly_train/algorithms/estimators.py``).
+        gamma: Discount per sampled token (``gae``, ``reinforce_plus_plus``); tool tokens cost no step.
+        lam: GAE's λ.
+        norm_adv_by_std_in_grpo: Divide GRPO advantages by the group's std (``false``: Dr. GRPO).
+        use_kl_in_reward: Subtract β · KL(π_old ‖ π_ref) from every sampled token's reward (verl's
+            ``use_kl_in_reward``; loads the reference model).
+        kl_penalty: The KL estimator in the reward: ``kl`` (k1), ``abs``, ``mse`` (k2), ``low_var_kl`` (k3), or
+            ``full`` (exact over the vocabulary; the policy and the reference each run one more forward pass per
+            rollout batch, ``per_device_train_batch_size`` rows of (rows, T, V) logits at a time).
+        kl_ctrl: β and how it moves.
+        rollout_correction: Importance weights between the rollout engine and the trainer.
+    """
+
+    adv_estimator: str = setting("gae", Registered("agentfly_train.algorithms:ADVANTAGE_ESTIMATORS"))
+    gamma: float = setting(1.0, Within(0, 1))
+    lam: float = setting(1.0, Within(0, 1))
+    norm_adv_by_std_in_grpo: bool = True
+    use_kl_in_reward: bool = False
+    kl_penalty: str = setting("kl", Registered("agentfly_train.algorithms:KL_PENALTIES"))
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+
+
+@dataclass
+class DataConfig:
+    """Where the tasks come from (``data.*``).
+
+    Attributes:
+        train_files: A JSON list / JSONL / parquet file of task rows, or a list of them (``question``, ``answer``,
+            other fields passed to the reward); ``null`` uses the env's own task source (needs ``agent.env``).
+        val_files: The same for validation; ``null`` uses the env's task source built with
+            ``val_env_kwargs`` (e.g. another ``task_seed`` for generated tasks), or no validation when the env
+            is built from files.
+        train_batch_size: Prompts per rollout step (each gets ``agent.num_chains`` rollouts).
+        val_batch_size: Episodes per validation generation call.
+        train_size: Use at most this many training rows; ``null`` for all.
+        val_size: Use at most this many validation rows; ``null`` for all rows of ``val_files`` (256 of an env's
+            own task source); ``0`` for no validation.
+        val_env_kwargs: ``gymnasium.make`` overrides for the validation task source.
+        shuffle: Shuffle the training rows each epoch.
+    """
+
+    train_files: Any = None
+    val_files: Any = None
+    train_batch_size: int = setting(8, Positive())
+    val_batch_size: int = setting(64, Positive())
+    train_size: int | None = None
+    val_size: int | None = None
+    val_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    shuffle: bool = True
+
+
+@dataclass
+class CriticModelConfig:
+    """The value model (``critic.model.*``): a causal-LM backbone with a scalar value head.
+
+    Attributes:
+        path: ``null``: the policy's architecture and weights (after the SFT warm start); ``agentfly:tiny``:
+            the tiny policy's configuration, random weights; else a causal-LM checkpoint (Hub id or directory).
+    """
+
+    path: str | None = None
+
+
+@dataclass
+class CriticConfig:
+    """``critic.*``: the value model trained by PPO (``algorithm.adv_estimator=gae``); batch sizes count prompts.
+
+    Attributes:
+        model: The value model.
+        optim: Its AdamW optimiser (constant learning rate).
+        ppo_mini_batch_size: Prompts per critic optimiser step (``null``: ``data.train_batch_size``).
+        ppo_micro_batch_size_per_gpu: Sequences per critic forward/backward on one device.
+        cliprange_value: How far V may move from the rollout's values before the clipped loss takes over.
+    """
+
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    ppo_mini_batch_size: int | None = setting(None, Positive(allow_none=True))
+    ppo_micro_batch_size_per_gpu: int = setting(16, Positive())
+    cliprange_value: float = setting(0.5, Positive())
+
+
+@dataclass
+class SFTWarmupConfig:
+    """A short supervised phase on the env's golden demonstrations before RL (``sft.*``).
+
+    Attributes:
+        enable: Run it.
+        steps: Optimiser steps.
+        lr: Peak learning rate.
+        lr_scheduler_type: ``linear`` (decay to 0), ``cosine`` or ``constant``, after the warm-up of the last
+            phase. Each phase warms up; a golden phase followed by the rest holds the peak rate (warm-up, stable,
+            decay). With a constant rate the last batches' mix of demonstrations moved the quickstart's
+            tool-or-guess decision.
+        warmup_ratio: Share of each phase's steps over which the rate rises linearly to ``lr``, in [0, 1).
+        batch_size: Demonstrations per step.
+        num_demos: Demonstrations to learn from (from the start of the training rows).
+        guess_fraction: Share of the demonstrations, in [0, 1], in which the demonstrator skips the tools and
+            answers at once with a guess (another task's answer): imperfect demonstrations, as real SFT data are,
+            for RL to improve on. 0 = golden episodes only.
+        golden_fraction: Share of the ``steps``, in [0, 1], that come first, on golden episodes only (using the
+            tools and copying numbers); the rest are on the demonstrations with guesses. Learning both at once left
+            the copying of the question's numbers into the calls unlearnt in some seeds.
+    """
+
+    enable: bool = False
+    steps: int = 140
+    lr: float = 3e-3
+    lr_scheduler_type: str = setting("linear", OneOf(SFT_SCHEDULES))
+    warmup_ratio: float = setting(0.05, Within(0, 1, high_open=True))
+    batch_size: int = 16
+    num_demos: int = 2048
+    guess_fraction: float = setting(0.0, Within(0, 1))
+    golden_fraction: float = setting(0.0, Within(0, 1))
+
+
+@dataclass
+class TrainerConfig:
+    """``trainer.*``: the run: length, logging, validation, checkpoints.
+
+    Attributes:
+        project_name: wandb project; part of the default run directory.
+        experiment_name: wandb run name; part of the default run directory.
+        logger: Any of ``console`` (always on), ``wandb`` (offline without an API key), ``tensorboard``.
+        total_training_steps: Rollout steps to run; ``null`` runs ``total_epochs`` over the data.
+        total_epochs: Passes over the training rows when ``total_training_steps`` is ``null``.
+        nnodes: Nodes (checked against the Accelerate launch; with Ray, workers = ``nnodes x n_gpus_per_node``).
+        n_gpus_per_node: Devices per node (checked against the Accelerate launch on GPUs; with Ray on CPUs, the
+            CPU workers per node).
+        launcher: A launcher of :data:`agentfly_train.launchers.LAUNCHERS`: ``local`` (this process / the
+            Accelerate launch) or ``ray`` (Ray Train workers on the cluster at ``RAY_ADDRESS``, the one ``ray start``
+            left on this machine, or a new one-machine cluster; :mod:`agentfly_train.launchers.ray_train`), or
+            ``auto`` (``ray`` when ``RAY_ADDRESS`` is set, else ``local``).
+        cpus_per_worker: CPUs Ray reserves for each training worker.
+        save_freq: Checkpoint every this many steps (``-1``: never).
+        max_ckpt_to_keep: Complete checkpoints to keep (>= 1); after each save the oldest beyond it are deleted
+            (``null``: keep all).
+        test_freq: Validate every this many steps (``-1``: never).
+        val_before_train: Validate before the first step.
+        resume_mode: ``auto`` (latest checkpoint in the run directory), ``resume_path``, ``disable``.
+        resume_from_path: The checkpoint for ``resume_mode=resume_path``.
+        default_local_dir: The run directory (checkpoints, ``metrics.jsonl``, samples).
+        seed: Seed of data order, sampling and initialisation.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        critic_warmup: Rollout steps at the start that train only the critic (PPO); the policy starts moving
+            at step ``critic_warmup + 1``.
+        log_val_generations: Validation trajectories written to the run directory per validation.
+        log_train_generations: Training trajectories written to the run directory per step
+            (``train_samples/step_<N>.jsonl``, shown by ``python -m agentfly_train report``); 0: none.
+    """
+
+    project_name: str = "agentfly"
+    experiment_name: str = "default"
+    logger: list[str] = setting(check=OneOf(LOGGERS), factory=lambda: ["console"])
+    total_training_steps: int | None = setting(None, Positive(allow_none=True))
+    total_epochs: int = setting(1, Positive())
+    nnodes: int = setting(1, Positive())
+    n_gpus_per_node: int = setting(8, NonNegative(" (0: a CPU run)"))
+    launcher: str = setting("auto", Registered("agentfly_train.launchers.base:LAUNCHERS", also=("auto",)))
+    cpus_per_worker: int = setting(1, Positive())
+    save_freq: int = -1
+    max_ckpt_to_keep: int | None = setting(
+        None, AtLeast(1, allow_none=True, note=" (or null to keep every checkpoint)")
+    )
+    test_freq: int = -1
+    val_before_train: bool = True
+    resume_mode: str = setting("auto", OneOf(RESUME_MODES))
+    resume_from_path: str | None = None
+    default_local_dir: str = "runs/${trainer.project_name}/${trainer.experiment_name}"
+    seed: int = 0
+    device: str = "auto"
+    critic_warmup: int = setting(0, NonNegative())
+    log_val_generations: int = 8
+    log_train_generations: int = setting(0, NonNegative())
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    """A reward function from a file (``custom_reward_function.*``, verl's keys).
+
+    Attributes:
+        path: A ``.py`` file holding the function (``null``: none). It replaces the env's scoring, as
+            ``agent.reward_name`` would.
+        name: The function's name in the file (verl's default ``compute_score``), also the reward's registered name.
+            verl's signature ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` returning
+            a number or a dict with a ``score``, or agentfly's ``fn(response, ground_truth)``.
+    """
+
+    path: str | None = None
+    name: str = "compute_score"
+
+
+@dataclass
+class EvalConfig:
+    """``python -m agentfly_train eval``: how many samples per task and the k of pass@k and mean@k.
+
+    Attributes:
+        k: The k of pass@k (the chance that at least one of k samples is correct) and mean@k (the mean reward of
+            k samples), estimated without bias from ``n`` samples per task (Chen et al., 2021).
+        n: Samples per validation task (``null``: ``k``); at least ``k``.
+        confidence: The level of the bootstrap confidence intervals (per task, and over tasks), e.g. 0.95.
+    """
+
+    k: int = setting(1, Positive())
+    n: int | None = None
+    confidence: float = setting(0.95, Within(0, 1, low_open=True, high_open=True))
+
+    @property
+    def samples(self) -> int:
+        """Samples per task: ``n``, or ``k`` when unset."""
+        return self.n if self.n is not None else self.k
+
+
+@dataclass
+class AsyncTrainingConfig:
+    """Off-policy asynchronous training (``async_training.*``, verl's fully-async keys plus TRL's ``max_staleness``):
+    a generator keeps producing episodes with the newest weights it holds while the trainer takes batches of
+    finished groups (:mod:`agentfly_train.trainer.schedules`).
+
+    One-step-off (verl's ``one_step_off_policy``) is ``staleness_threshold=1 partial_rollout=false max_staleness=1``:
+    the generator stays exactly one batch ahead, every batch sampled whole by the weights before the last update.
+    ``staleness_threshold=0`` with ``max_staleness=0`` trains on-policy (the synchronous schedule's batches).
+
+    Attributes:
+        enable: Switch the mode on.
+        staleness_threshold: How far the generator may run ahead, as a share of a step's groups: at each weight sync
+            it may start the groups that bring those started and not yet trained up to
+            ``(1 + staleness_threshold) * data.train_batch_size`` prompts' groups, and no more until the next sync
+            (``0``: none ahead, ``1``: one batch).
+        trigger_parameter_sync_step: Rollout steps (updates) between two weight syncs to the generator.
+        partial_rollout: An episode in flight at a weight sync goes on under the new weights (its earlier tokens keep
+            their versions); ``false``: the sync waits until the episodes in flight have ended (needs a backend
+            with its own weights, vLLM).
+        require_batches: ``actor.ppo_mini_batch_size`` batches of groups the trainer takes at once; ``null``: those
+            of one rollout step (``data.train_batch_size / ppo_mini_batch_size``), the only value accepted.
+        use_rollout_log_probs: The behaviour log-probabilities (the sampler's) are PPO's old log-probs, so the clipped
+            ratio is taken against the policy that sampled each token; ``false``: the trainer's log-probs before
+            the update are, and ``algorithm.rollout_correction.rollout_is`` weights correct for the sampler
+            (AReaL's decoupled PPO).
+        max_staleness: Policy versions (updates) an episode's oldest token may lag the trainer's policy when the
+            trainer takes it; older groups are dropped and counted (``async/dropped``).
+    """
+
+    enable: bool = False
+    staleness_threshold: float = setting(1.0, NonNegative())
+    trigger_parameter_sync_step: int = setting(1, Positive())
+    partial_rollout: bool = True
+    require_batches: int | None = None
+    use_rollout_log_probs: bool = True
+    max_staleness: int = setting(1, NonNegative(" (policy versions)"))
+
+
+@dataclass
+class TrainConfig:
+    """The whole configuration; its defaults are the training guide's (the quickstart is the preset
+    :data:`QUICKSTART`)."""
+
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    sft: SFTWarmupConfig = field(default_factory=SFTWarmupConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+
+    @property
+    def user_code(self) -> UserCode:
+        """The user's code to load wherever envs are built: ``agent.imports`` and ``custom_reward_function``."""
+        from agentfly_envs.user_code import UserCode
+
+        reward = self.custom_reward_function
+        return UserCode(tuple(self.agent.imports), reward.path, reward.name)
+
+    @property
+    def reward_name(self) -> str | None:
+        """The reward replacing the env's scoring: ``custom_reward_function.name`` with a ``path``, else
+        ``agent.reward_name`` (``None``: the env's own)."""
+        reward = self.custom_reward_function
+        return reward.name if reward.path is not None else self.agent.reward_name
+
+    @property
+    def env_id(self) -> str:
+        """The env's Gymnasium id: ``agent.env`` (``openenv:<url>`` and ``verifiers:<module>`` resolved by
+        :func:`agentfly_envs.sources.resolve_env`) if set, else :data:`FILES_ENV` over ``data.train_files``."""
+        from agentfly_envs.sources import resolve_env
+
+        return resolve_env(self.agent.env)[0] if self.agent.env else FILES_ENV
+
+    @property
+    def env_source_kwargs(self) -> dict[str, Any]:
+        """The kwargs an ``agent.env`` source prefix stands for (``{"url": ...}`` for ``openenv:<url>``), else
+        ``{}``."""
+        from agentfly_envs.sources import resolve_env
+
+        return resolve_env(self.agent.env)[1] if self.agent.env else {}
+
+    @property
+    def model_path(self) -> str:
+        """The policy model: ``agent.model_name_or_path`` if set, else ``actor_rollout_ref.model.path``."""
+        return self.agent.model_name_or_path or self.actor_rollout_ref.model.path

@@ -1,0 +1,188 @@
+"""Serving envs in OpenEnv's protocol (agentfly_envs/remote/server.py) and playing them with agentfly/Remote
+(agentfly_envs/remote/client.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+import urllib.request
+
+import gymnasium as gym
+import pytest
+
+import agentfly_envs  # noqa: F401  (registers the env ids)
+from agentfly_envs.errors import EpisodeFinishedError
+from agentfly_envs.runtime import RemoteEnvError
+from tests.envs.hostile import HOSTILE_ACTIONS
+from tests.helpers.processes import run_cli
+
+pytest.importorskip("openenv", reason='needs openenv-core (the "openenv" extra)')
+from agentfly_envs.remote import ServerThread, create_app
+
+KWARGS = {"level": "easy"}
+
+
+@pytest.fixture(scope="module")
+def url():
+    with ServerThread(create_app("agentfly/Arith-Calc", KWARGS, max_sessions=4)) as served:
+        yield served
+
+
+def info(url: str) -> dict:
+    with urllib.request.urlopen(url + "/info", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_openenv_client_plays_a_golden_episode(url):
+    from openenv.core.generic_client import GenericEnvClient
+
+    local = gym.make("agentfly/Arith-Calc", **KWARGS)
+    local.reset(options={"index": 3})
+    with GenericEnvClient(base_url=url).sync() as client:
+        result = client.reset(index=3)
+        assert result.observation["messages"][1]["role"] == "user" and result.observation["tools"]
+        for action in local.unwrapped.golden_actions():
+            result = client.step({"text": action})
+            assert result.observation["text"] == local.step(action)[0]
+        assert (result.reward, result.done, result.observation["terminated"]) == (1.0, True, True)
+        assert result.observation["info"]["reward_components"]["correct"] == 1.0
+
+
+def test_remote_env_steps_as_the_local_env(url):
+    remote, local = gym.make("agentfly/Remote", url=url), gym.make("agentfly/Arith-Calc", **KWARGS)
+    assert len(remote.unwrapped.tasks) == len(local.unwrapped.tasks)
+    for reset in ({"index": 1}, {"task": local.unwrapped.tasks.row(2)}):
+        opening, local_opening = remote.reset(options=reset), local.reset(options=reset)
+        assert opening == local_opening
+        for action in [*HOSTILE_ACTIONS[:12], *local.unwrapped.golden_actions()]:
+            if isinstance(action, str) or "tool_calls" in action:
+                result, expected = remote.step(action), local.step(action)
+                drop = ("tool_latency_s",)
+                assert result[:4] == expected[:4]
+                assert {k: v for k, v in result[4].items() if k not in drop} == {
+                    k: v for k, v in expected[4].items() if k not in drop
+                }
+                if expected[2] or expected[3]:
+                    break
+    with pytest.raises(EpisodeFinishedError):
+        remote.step("again")
+    remote.close()
+
+
+def test_bad_requests_get_clear_errors(url):
+    from websockets.sync.client import connect
+
+    env = gym.make("agentfly/Remote", url=url)
+    with pytest.raises(RemoteEnvError, match=r"refused the reset: .*question"):
+        env.reset(options={"task": {"level": 3}})
+    env.close()
+    with connect(url.replace("http", "ws") + "/ws") as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"index": 0}}))
+        ws.recv(timeout=10)
+        for action, problem in (({"txt": "hi"}, "Extra inputs are not permitted"), ({}, 'an action is {"text"')):
+            ws.send(json.dumps({"type": "step", "data": action}))
+            error = json.loads(ws.recv(timeout=10))
+            assert error["type"] == "error" and error["data"]["code"] == "VALIDATION_ERROR"
+            assert problem in error["data"]["errors"][0]["msg"]
+        ws.send("not json")
+        assert "Invalid JSON" in json.loads(ws.recv(timeout=10))["data"]["message"]
+    with pytest.raises(ValueError, match="parses 'hermes' turns, not 'react'"):
+        gym.make("agentfly/Remote", url=url, parser="react")
+
+
+def test_sessions_are_bounded(url):
+    from websockets.sync.client import connect
+
+    assert info(url)["sessions"] == 0
+    envs = [gym.make("agentfly/Remote", url=url) for _ in range(4)]
+    for env in envs:
+        env.reset(options={"index": 0})
+    assert info(url)["sessions"] == 4
+    with connect(url.replace("http", "ws") + "/ws") as ws:
+        assert json.loads(ws.recv(timeout=10))["data"]["code"] == "CAPACITY_REACHED"
+    for env in envs:
+        env.close()
+    deadline = time.monotonic() + 10
+    while info(url)["sessions"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert info(url)["sessions"] == 0
+
+
+def test_64_sessions_open_at_once_and_play_without_errors():
+    sessions = 64
+    golden = gym.make("agentfly/Arith-Calc", **KWARGS).unwrapped
+    rewards: dict[int, float] = {}
+    with ServerThread(create_app("agentfly/Arith-Calc", KWARGS, max_sessions=sessions)) as served:
+        envs = [gym.make("agentfly/Remote", url=served) for _ in range(sessions)]
+
+        def play(index: int) -> None:
+            envs[index].reset(options={"index": index})
+            for action in golden.golden_actions(golden.tasks.row(index)):
+                _, reward, *_ = envs[index].step(action)
+            rewards[index] = reward
+
+        threads = [threading.Thread(target=play, args=(index,)) for index in range(sessions)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert info(served)["sessions"] == sessions
+        for env in envs:
+            env.close()
+    assert rewards == dict.fromkeys(range(sessions), 1.0)
+
+
+class SlowToOpen:
+    """ASGI wrapper: a server too busy to answer a WebSocket handshake for ``delay`` seconds."""
+
+    def __init__(self, app, delay: float) -> None:
+        self.app, self.delay = app, delay
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            await asyncio.sleep(self.delay)
+        await self.app(scope, receive, send)
+
+
+def test_a_busy_server_gets_the_step_timeout_to_open_a_session():
+    with ServerThread(SlowToOpen(create_app("agentfly/Arith-Calc", KWARGS), delay=1.5)) as served:
+        env = gym.make("agentfly/Remote", url=served, connect_timeout=0.5)
+        started = time.monotonic()
+        opening, _ = env.reset(options={"index": 0})
+        assert time.monotonic() - started >= 1.5 and opening
+        env.close()
+        hasty = gym.make("agentfly/Remote", url=served, timeout=0.5)
+        with pytest.raises(RemoteEnvError, match="stopped answering"):
+            hasty.reset(options={"index": 0})
+
+
+def test_idle_sessions_time_out_and_a_dead_server_is_an_error_observation():
+    server = ServerThread(create_app("agentfly/Arith-Calc", KWARGS, session_timeout=1.0))
+    url = server.start()
+    idle, live = gym.make("agentfly/Remote", url=url), gym.make("agentfly/Remote", url=url)
+    idle.reset(options={"index": 0})
+    deadline = time.monotonic() + 15  # openenv-core's reaper looks every 5 s
+    while info(url)["sessions"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert info(url)["sessions"] == 0
+    observation, _, terminated, truncated, step_info = idle.step("The answer is \\boxed{1}.")
+    assert observation.startswith("Error: the environment server") and (terminated, truncated) == (False, True)
+    assert step_info["remote_failure"] in ("server_lost", "refused")
+    live.reset(options={"index": 0})
+    server.stop()
+    observation, _, _, truncated, step_info = live.step("The answer is \\boxed{1}.")
+    assert observation == "Error: the environment server stopped answering; the episode ends here." and truncated
+    with pytest.raises(RemoteEnvError, match="cannot reset the env at"):
+        live.reset(options={"index": 0})
+    with pytest.raises(RemoteEnvError, match=r"cannot reach an env server at .*is it running"):
+        gym.make("agentfly/Remote", url=url)
+
+
+def test_serve_command_refuses_an_unknown_env_in_one_line():
+    result = run_cli([sys.executable, "-m", "agentfly_envs", "serve", "agentfly/Arith-Calcc", "--port", "0"])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "cannot serve agentfly/Arith-Calcc" in result.stderr and "Arith-Calc" in result.stderr

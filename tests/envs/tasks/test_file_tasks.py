@@ -1,0 +1,78 @@
+"""``agentfly/Files``: any file of rows in AgentFly's data format, posed by its question field."""
+
+import json
+
+import gymnasium as gym
+import pytest
+
+import agentfly_envs  # noqa: F401
+from agentfly_envs.errors import AgentflyError, TaskFormatError
+from tests.helpers.paths import REPO_ROOT
+
+GUIDE_DATA = REPO_ROOT / "data" / "guide"
+
+
+@pytest.mark.parametrize("field", ["question", "prompt", "instruction", "problem"])
+def test_the_question_field_is_the_user_turn_and_the_answer_is_scored(field, tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([{field: "What is 6*7?", "answer": "42", "source": "mine"}]))
+    env = gym.make("agentfly/Files", data_files=str(path))
+    observation, info = env.reset(options={"index": 0})
+    assert observation == "What is 6*7?" and info["task"]["source"] == "mine"
+    assert env.step("It is \\boxed{42}.")[1] == 1.0
+    env.reset(options={"index": 0})
+    assert env.step("It is \\boxed{41}.")[1] == 0.0
+
+
+def test_code_rows_are_scored_by_their_tests_with_code_reward():
+    env = gym.make(
+        "agentfly/Files",
+        data_files=str(GUIDE_DATA / "code_train.json"),
+        tools=("python_executor",),
+        parser="code",
+        reward="code_reward",
+    )
+    observation, _ = env.reset(options={"index": 0})
+    assert "bigger" in observation
+    good = "```\ndef bigger(a, b):\n    return max(a, b)\n```"  # the code format: a plain fence answers
+    assert env.step(good)[1] == 1.0
+    env.reset(options={"index": 0})
+    assert env.step("```\ndef bigger(a, b):\n    return a\n```")[1] == 0.5  # one of the two tests passes
+    env.close()
+
+
+def test_google_search_over_a_bm25_corpus_finds_the_fact():
+    env = gym.make(
+        "agentfly/Files",
+        data_files=str(GUIDE_DATA / "qa_train.json"),
+        tools=("google_search", "answer"),
+        tool_options={"google_search": {"backend": "bm25", "corpus_file": str(GUIDE_DATA / "wiki_corpus.jsonl")}},
+        reward="qa_f1_reward",
+    )
+    _, info = env.reset(options={"index": 0})
+    assert [tool["function"]["name"] for tool in info["tools"]] == ["google_search", "answer"]
+    call = '<tool_call>{"name": "google_search", "arguments": {"query": "Paris river"}}</tool_call>'
+    observation, *_ = env.step(call)
+    assert "Seine" in observation
+    answer = '<tool_call>{"name": "answer", "arguments": {"answer": "Seine"}}</tool_call>'
+    assert env.step(answer)[1:3] == (1.0, True)
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([{"text": "no question here", "answer": "1"}], "no question"),
+        ([{"question": "q?"}], "no reference answer"),
+        ([{"text": "code", "test_list": []}], "empty 'test_list'"),
+    ],
+)
+def test_rows_the_task_cannot_pose_or_score_are_refused_naming_the_fields(rows, message, tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(rows))
+    with pytest.raises(TaskFormatError, match=message):
+        gym.make("agentfly/Files", data_files=str(path))
+
+
+def test_no_data_says_what_to_pass():
+    with pytest.raises(AgentflyError, match="data_files="):
+        gym.make("agentfly/Files")
