@@ -72,9 +72,10 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
     from agentfly_train.models import policy_images
 
     _, info = env.reset(options={"task": sample_task})
-    parser, golden_actions = env_contract(env).parser, env_contract(env).golden_actions
+    contract = env_contract(env)
+    parser = contract.parser
     try:
-        actions = golden_actions()
+        actions = contract.golden_actions()
     except AgentflyError:
         actions = ["The answer is 42."]
     if not any(parser.parse(action).calls for action in actions):  # the check needs a call and its result
@@ -303,8 +304,8 @@ def make_trainer(
     pool of training envs and the generation backend, :class:`~agentfly_train.trainer.port.RolloutPort`), the
     algorithm's settings, the KL controller (with ``use_kl_in_reward``), the critic
     (with an estimator that trains one, ``gae``; built now, so ``critic.model.path=null`` copies the policy as it
-    is after the warm start), and the generation backend of ``actor_rollout_ref.rollout.name`` (built by the
-    trainer on its policy, :func:`~agentfly_train.generation.build_backend`), and the rollout schedule
+    is after the warm start; the port's backend is built by the trainer on its policy,
+    :func:`~agentfly_train.generation.build_backend`), and the rollout schedule
     (``async_training.enable``: :func:`~agentfly_train.trainer.schedules.build_schedule`).
 
     Args:

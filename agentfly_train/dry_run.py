@@ -61,7 +61,8 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
     codec = make_codec(config, tokenizer, env, rows[0])
     _, info = env.reset(options={"task": rows[0]})
     prompt_ids = codec.prompt_ids(info["messages"])
-    parser, reward_fn = env_contract(env).parser, env_contract(env).reward_fn  # None: the env scores with its own
+    contract = env_contract(env)
+    parser, reward_fn = contract.parser, contract.reward_fn  # reward_fn None: the env scores with its own
     env.close()
 
     agent, data, trainer = config.agent, config.data, config.trainer

@@ -125,7 +125,6 @@ def run_settings(model_path: str) -> tuple[str, dict[str, Any]] | None:
     Raises:
         ConfigError: the run's ``config.json`` is not a JSON object.
     """
-
     model_dir = Path(model_path).expanduser()
     path = model_dir.parent / RUN_CONFIG_FILE
     if not (RUN_MODEL_DIR.fullmatch(model_dir.name) and path.is_file()):

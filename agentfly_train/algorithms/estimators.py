@@ -23,7 +23,7 @@ from agentfly_train.algorithms.common import (
     _masked_whiten,
     _next_valid,
 )
-from agentfly_train.config.errors import ConfigError, check_positive
+from agentfly_train.config.errors import ConfigError
 
 if TYPE_CHECKING:
     from agentfly_train.config.schema import TrainConfig
@@ -101,15 +101,9 @@ class AdvantageEstimator:
 
 
 def _check_critic(config: TrainConfig) -> None:
-    """``critic.*`` for an estimator that trains a critic: the ranges, and its constant learning rate."""
+    """``critic.*`` for an estimator that trains a critic: its mini-batches divide the rollout batch, and its
+    learning rate is constant (the ranges of ``critic.*`` are its fields' own constraints, checked for every run)."""
     critic = config.critic
-    for key, value in (
-        ("critic.optim.lr", critic.optim.lr),
-        ("critic.ppo_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu),
-        ("critic.cliprange_value", critic.cliprange_value),
-    ):
-        check_positive(key, value)
-    check_positive("critic.ppo_mini_batch_size", critic.ppo_mini_batch_size, allow_none=True)
     if config.data.train_batch_size % (critic.ppo_mini_batch_size or config.data.train_batch_size):
         raise ConfigError(
             f"data.train_batch_size={config.data.train_batch_size} must be a multiple of "

@@ -16,7 +16,7 @@ from typing import Any
 from agentfly_envs.registry import load_entry_point
 from agentfly_train.config.actor_rollout_ref import RolloutConfig
 from agentfly_train.config.constraints import Registered, constraint_of
-from agentfly_train.config.errors import ConfigError, check_choice, check_non_negative, registered
+from agentfly_train.config.errors import ConfigError, check_choice, check_non_negative
 from agentfly_train.config.schema import TINY_MODEL, TrainConfig, TrainerConfig
 
 GENERATION_BACKENDS = "agentfly_train.generation.base:GENERATION_BACKENDS"
@@ -168,9 +168,7 @@ def _validate_async_training(config: TrainConfig, backend: Any, name: str) -> No
 
 def _validate_env_runtime(rollout: RolloutConfig) -> None:
     """``actor_rollout_ref.rollout.env_*``: where the envs run."""
-    from agentfly_envs.runtime import ENV_RUNTIMES
-
-    runtime = registered("actor_rollout_ref.rollout.env_runtime", ENV_RUNTIMES, rollout.env_runtime)
+    runtime = chosen(rollout, "env_runtime")
     for name, amount in rollout.env_worker_resources.items():
         check_non_negative(f"actor_rollout_ref.rollout.env_worker_resources.{name}", amount)
     problem = runtime.unavailable()
@@ -220,11 +218,12 @@ def _validate_model_path(config: TrainConfig) -> None:
             "no model: set actor_rollout_ref.model.path (or agent.model_name_or_path) to a Hub id, a local "
             "directory, or agentfly:tiny"
         )
+    tiny = load_entry_point(TINY_POLICIES)
     for key, path in (
         ("actor_rollout_ref.model.path", config.model_path),
         ("critic.model.path", config.critic.model.path),
     ):
-        if path is None or path in load_entry_point(TINY_POLICIES) or Path(path).expanduser().exists():
+        if path is None or path in tiny or Path(path).expanduser().exists():
             continue
         if path.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path):
             raise ConfigError(f"{key}={path!r}: no such directory (and not a Hub id like Qwen/Qwen2.5-3B-Instruct)")

@@ -21,8 +21,6 @@ from agentfly_train.run_dir import (
     STEP_FILE_PATTERN,
 )
 
-"""Episode splits -> their directory in the run (one ``step_<N>.jsonl`` file per step)."""
-
 
 @dataclass
 class RunData:
@@ -156,7 +154,6 @@ def _images(run_dir: Path, samples: dict[str, dict[int, list[dict[str, Any]]]], 
 
 
 def _pass_at_k(run_dir: Path, problems: list[str]) -> dict[str, Any]:
-
     scores = _read_json(run_dir / KSCORES_FILE, problems)
     if not scores:
         return {}

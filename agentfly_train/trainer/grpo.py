@@ -70,6 +70,7 @@ from agentfly_train.batch import (
 )
 from agentfly_train.critic import Critic, CriticSettings
 from agentfly_train.generation import Policy
+from agentfly_train.rollout import AgentRollout
 from agentfly_train.trainer.checkpointing import CheckpointMixin
 from agentfly_train.trainer.forwards import ForwardsMixin
 from agentfly_train.trainer.port import RolloutPort
@@ -132,7 +133,6 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         **kwargs: Any,
     ) -> None:
         self.port = port
-        self.agent = port.agent
         self.schedule = schedule or SyncSchedule()
         self.rl = rl
         self.estimator = get_advantage_estimator(self.rl.algorithm.adv_estimator)
@@ -166,6 +166,11 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             model, self._tokenizer, self._generation_model, self.accelerator.device, self.agent.codec.images
         )
         port.connect(policy, self.accelerator, lambda: self.model, lambda: self.state.global_step)
+
+    @property
+    def agent(self) -> AgentRollout:
+        """The rollout driver (envs, codec, budgets, sampling) of :attr:`port`."""
+        return self.port.agent
 
     # --- advantages ----------------------------------------------------------------------------------------------
 

@@ -375,7 +375,11 @@ def test_the_cli_reports_config_errors_before_loading_a_model(capsys):
             "target_kl must be > 0",
         ),
         (["algorithm.adv_estimator=grpo_passk", "agent.num_chains=1"], "num_chains >= 2"),
-        (["algorithm.adv_estimator=gae", "critic.optim.lr=0"], "critic.optim.lr must be > 0"),
+        (["algorithm.adv_estimator=gae", "critic.optim.lr=0"], "critic.optim.lr must be > 0, got 0"),
+        (
+            ["algorithm.adv_estimator=gae", "critic.cliprange_value=-1.0"],
+            "critic.cliprange_value must be > 0, got -1.0",
+        ),
         (["algorithm.adv_estimator=gae", "critic.ppo_mini_batch_size=3"], "critic.ppo_mini_batch_size=3"),
         (["algorithm.adv_estimator=gae", "critic.optim.lr_scheduler_type=cosine"], "learning rate is constant"),
         (["algorithm.adv_estimator=gae", "actor_rollout_ref.model.dtype=float16"], "bfloat16"),
@@ -415,6 +419,8 @@ def test_what_an_estimator_needs_comes_from_its_registration(monkeypatch):
     assert registry.get("my_critic").trains_critic
     with pytest.raises(ConfigError, match=r"critic\.optim\.lr must be > 0"):
         quickstart_config(["algorithm.adv_estimator=my_critic", "critic.optim.lr=0"])
+    with pytest.raises(ConfigError, match=r"the critic's learning rate is constant"):
+        quickstart_config(["algorithm.adv_estimator=my_critic", "critic.optim.lr_scheduler_type=cosine"])
     with pytest.raises(ConfigError, match=r"only algorithm.adv_estimator=gae, my_critic has one"):
         quickstart_config(["algorithm.adv_estimator=grpo", "trainer.critic_warmup=1"])
 
