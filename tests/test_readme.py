@@ -18,7 +18,7 @@ NOT_RUN = {
         "the setup: CI (.ci/run) installs the same way into a fresh venv, and the quickstart it ends with is "
         "tests/learning/test_quickstart.py's command"
     ),
-    ". .venv/bin/activate && python -m pytest -q": "the test suite itself (run by .ci/run, before the slow and long tests)",
+    ". .venv/bin/activate && python -m pytest -q": "the test suite (.ci/run runs it, then the slow and long tests)",
     "accelerate launch examples/trl_grpo.py model=Qwen/Qwen2.5-0.5B-Instruct grpo.use_cpu=false": (
         "needs a GPU (grpo.use_cpu=false) and a Hub model; the CPU command above it runs in tests/e2e/test_examples.py"
     ),

@@ -19,6 +19,7 @@ from agentfly_train.trl_args import batch_layout, critic_settings, grpo_config, 
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import lines_printed_without
 from tests.helpers.runs import quickstart_config
+from tests.helpers.skips import skip_without_vllm
 
 CONFIGS = REPO_ROOT / "configs"
 
@@ -321,6 +322,8 @@ def test_a_registered_name_containing_the_misspelt_one_is_suggested():
     ("backend", "ours"), [("async_verl", "vllm"), ("verl", "vllm"), ("async_vllm", "vllm"), ("transformers", "hf")]
 )
 def test_agentflys_backend_names_map_to_ours(backend, ours):
+    if ours == "vllm":
+        skip_without_vllm()  # the configuration checks that vLLM is installed
     config = quickstart_config([f"agent.init_args.backend={backend}"])
     rollout = config.actor_rollout_ref.rollout
     assert backend_name(config) == ours

@@ -30,6 +30,7 @@ from tests.helpers.runs import (
     sync_and_on_policy_async,
 )
 from tests.helpers.scripted import ScriptedPolicy, golden_scripts
+from tests.helpers.skips import skip_without_vllm
 
 ENV_ID = "agentfly/Arith-Calc"
 BUDGETS = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=512)
@@ -202,6 +203,8 @@ def test_one_batch_ahead_stays_one_batch_ahead_with_a_generator_thread(scripted)
     ],
 )
 def test_settings_async_training_refuses_are_one_line_config_errors(overrides, message):
+    if "actor_rollout_ref.rollout.name=vllm" in overrides:
+        skip_without_vllm()  # the configuration checks that vLLM is installed
     with pytest.raises(ConfigError, match=message) as error:
         quickstart_config(["async_training.enable=true", *overrides])
     assert "\n" not in str(error.value)
