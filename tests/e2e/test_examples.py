@@ -382,7 +382,12 @@ def test_env_runtime_benchmark(tmp_path):
     )  # fmt: skip
     results = json.loads(result_file.read_text())
     for figures in results["latency_ms"].values():
-        assert figures["ray"] > figures["local"] > 0 and figures["overhead"] == figures["ray"] - figures["local"]
+        assert figures["ray"] > 0 and figures["local"] > 0 and figures["overhead"] == figures["ray"] - figures["local"]
+    # An in-process calculator step (tens of microseconds) against a round trip to an actor (about a millisecond):
+    # the gap survives a loaded machine. The python tool's local step is a sandbox round trip of the same order as
+    # the actor's, so under load (the CI's other workers) its order is noise and is not asserted.
+    calculator = results["latency_ms"]["calculator"]
+    assert calculator["ray"] > calculator["local"]
     assert len(results["python_steps_per_s"]) == 2
     for rates in results["python_steps_per_s"].values():
         assert set(rates) == {"local (threads)", "ray, 2 actors"}
