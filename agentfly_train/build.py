@@ -1,11 +1,18 @@
 """Building a run's parts from its configuration: envs and their data, the chat codec, the env pool and rollout
-driver, the generation backend and the trainer. ``train.run``, ``evaluate`` and the dry run build with these."""
+driver, the generation backend and the trainer, and a whole run ready to train (:func:`prepare_run`).
+``train.run``, ``evaluate`` and the dry run build with these; this is the only module that reads the whole
+:class:`~agentfly_train.config.schema.TrainConfig` on a run's way, every other part takes its own sections."""
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -15,10 +22,12 @@ from agentfly_envs.contract import check_env_contract, env_contract
 from agentfly_envs.errors import AgentflyError, EnvContractError
 from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnvError
 from agentfly_train.config.errors import ConfigError
-from agentfly_train.config.schema import AGENT_TYPES, TrainConfig
+from agentfly_train.config.schema import AGENT_TYPES, TrainConfig, TrainerConfig
 from agentfly_train.data import env_task_rows, file_task_rows, takes_data_files, trl_dataset
 from agentfly_train.generation.base import GENERATION_BACKENDS, SamplingParams
 from agentfly_train.rollout import AgentRollout, ChatCodec, RolloutBudgets
+from agentfly_train.run_dir import REFERENCE_DIR, RUN_CONFIG_FILE, RunResult
+from agentfly_train.tiny_policies import TINY_POLICIES
 
 ENV_VAL_SIZE = 256
 """Validation rows taken from an env's own task source (which may generate thousands) when ``data.val_size`` is
@@ -360,3 +369,140 @@ def make_trainer(
 def _opening(pool: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
     _, info = pool.take(1)[0].reset(options={"task": row})
     return info["messages"]
+
+
+@dataclass
+class PreparedRun:
+    """A run ready to train (:func:`prepare_run`).
+
+    Attributes:
+        trainer: Its :class:`~agentfly_train.trainer.AgentGRPOTrainer` (the caller closes it).
+        settings: ``trainer.*``: the run directory, validation and checkpoint cadence of the training loop.
+        checkpoint: The checkpoint to resume from (``None``: a fresh run).
+        result: The run's result so far (the warm start's loss).
+    """
+
+    trainer: Any
+    settings: TrainerConfig
+    checkpoint: str | None
+    result: RunResult
+
+
+def prepare_run(config: TrainConfig) -> PreparedRun:
+    """Everything of a run before RL: its data (checked first: missing or malformed data fails in seconds, before
+    transformers and TRL load), the launch checked against ``trainer.nnodes * n_gpus_per_node``, TRL's arguments
+    (bad sizes fail before a model loads), the checkpoint to resume from, the run directory with its
+    ``config.json``, the policy and chat codec, the SFT warm start (``sft.enable``, on a fresh run), the pinned
+    reference model (:func:`pin_reference`) and the trainer (:func:`make_trainer`).
+
+    Raises:
+        ConfigError: the configuration cannot serve the run (one line naming the key).
+    """
+    from accelerate import PartialState
+    from transformers import set_seed
+
+    from agentfly_train.checkpoints import remove_leftovers, resume_checkpoint
+    from agentfly_train.config.loading import load_user_code
+    from agentfly_train.config.validation import ignored_settings
+    from agentfly_train.devices import training_device
+    from agentfly_train.generation.base import backend_of
+    from agentfly_train.models import add_stop_tokens, load_policy
+    from agentfly_train.trl_args import grpo_config
+
+    load_user_code(config)  # loaded already where the configuration was read; not on a Ray Train worker
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
+    data = run_data(config)
+    try:
+        _quiet_libraries()
+        device = training_device(config.trainer.device)
+        world_size = PartialState(cpu=device == "cpu").num_processes
+        _check_world(config.trainer, world_size, device)
+        main_process = PartialState().is_main_process
+        for note in ignored_settings(config, world_size) if main_process else []:
+            print(f"note: {note}", file=sys.stderr)
+        args = grpo_config(config, world_size, device)
+        checkpoint, resume_line = resume_checkpoint(config.trainer)
+        if main_process:
+            remove_leftovers(config.trainer.default_local_dir)
+            if resume_line is not None:
+                print(resume_line, file=sys.stderr)
+        set_seed(config.trainer.seed)
+        run_dir = Path(config.trainer.default_local_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / RUN_CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2))
+        backend_of(config).preflight(config)
+        model, tokenizer = load_policy(config)
+        codec = make_codec(config, tokenizer, data.env, data.train[0])
+        add_stop_tokens(model, codec.stop_token_ids)
+        if codec.note and main_process:
+            print(f"note: {codec.note}", file=sys.stderr)
+        result = RunResult(run_dir=str(run_dir))
+        if config.sft.enable and checkpoint is None:
+            model, result.sft_loss = _warm_start(config, model, tokenizer, codec, data, device == "cpu", args.bf16)
+    finally:
+        data.env.close()  # the rollouts make their own envs; a web env's browser goes with this one, also on error
+    if args.beta and config.actor_rollout_ref.model.lora_rank == 0:
+        pin_reference(model, run_dir, copy=config.sft.enable or config.model_path in TINY_POLICIES)
+    trainer = make_trainer(config, args, model, tokenizer, codec, data.train, data.val, world_size)
+    return PreparedRun(trainer, config.trainer, checkpoint, result)
+
+
+def _quiet_libraries() -> None:
+    """No per-file progress bars from transformers (loading and saving shards) and datasets: the run's own
+    progress bar and log lines are the output."""
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
+def _check_world(trainer: TrainerConfig, world_size: int, device: str) -> None:
+    expected = trainer.nnodes * max(trainer.n_gpus_per_node, 1)
+    if device == "cuda" and expected != world_size:
+        raise ConfigError(
+            f"trainer.nnodes * trainer.n_gpus_per_node = {expected} but the launch has {world_size} processes; "
+            "launch with accelerate launch --num_processes / --num_machines to match"
+        )
+
+
+def _warm_start(
+    config: TrainConfig, model: Any, tokenizer: Any, codec: ChatCodec, data: RunData, use_cpu: bool, bf16: bool
+) -> tuple[Any, float]:
+    """The SFT warm start on the demonstrations of the first ``sft.num_demos`` training rows: (model, mean loss)."""
+    from agentfly_train.sft import warm_start_on_demonstrations
+
+    with tempfile.TemporaryDirectory() as scratch:
+        return warm_start_on_demonstrations(
+            model,
+            tokenizer,
+            data.env,
+            codec,
+            data.train[: config.sft.num_demos],
+            config.sft,
+            output_dir=scratch,
+            use_cpu=use_cpu,
+            seed=config.trainer.seed,
+            bf16=bf16,
+            max_images=config.agent.max_images,
+        )
+
+
+def pin_reference(model: Any, run_dir: Path, copy: bool) -> None:
+    """Makes the reference model of the KL terms the policy as RL starts.
+
+    TRL builds the reference from the path in the policy's config, which holds the weights before the SFT
+    warm start (and no path at all for ``agentfly:tiny``). When either applies (``copy``), or a first run made
+    one, the policy is saved once to ``<run dir>/reference`` (a resumed run keeps the first run's) and its config
+    points there. With LoRA, TRL's reference is the base model with the adapter off, which needs no copy.
+    """
+    from accelerate import PartialState
+
+    path = run_dir / REFERENCE_DIR
+    if not (copy or path.is_dir()):
+        return
+    state = PartialState()
+    if state.is_main_process and not (path / "config.json").is_file():
+        model.save_pretrained(path)
+    state.wait_for_everyone()
+    model.config._name_or_path = str(path)

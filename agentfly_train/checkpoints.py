@@ -18,6 +18,9 @@ import shutil
 import zlib
 from pathlib import Path
 
+from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.schema import TrainerConfig
+
 PREFIX = "checkpoint"
 """Checkpoint directories are ``checkpoint-<global step>`` (TRL/HF ``Trainer``'s ``PREFIX_CHECKPOINT_DIR``)."""
 MANIFEST_NAME = "manifest.json"
@@ -168,6 +171,30 @@ def resume_note(chosen: Path | None, skipped: list[tuple[Path, str]]) -> str | N
     if chosen is None:
         return f"no complete checkpoint, starting from step 0 (skipped {reasons})" if skipped else None
     return f"resuming from {chosen.name}" + (f" (skipped {reasons})" if skipped else "")
+
+
+def resume_checkpoint(trainer: TrainerConfig) -> tuple[str | None, str | None]:
+    """The checkpoint to resume from, per ``trainer.resume_mode`` (``auto``: the newest complete checkpoint in
+    ``trainer.default_local_dir``, :func:`newest_complete`), and the line that says which one it is and which newer
+    ones were skipped, and why (``None``: a fresh run, nothing skipped).
+
+    Raises:
+        ConfigError: ``resume_path`` names a directory that is not a complete checkpoint.
+    """
+    if trainer.resume_mode == "disable":
+        return None, None
+    if trainer.resume_mode == "resume_path":
+        path = Path(trainer.resume_from_path)
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            raise ConfigError(
+                f"trainer.resume_from_path={str(path)!r} is not a complete checkpoint ({problem}): point it at a "
+                "checkpoint-N directory whose manifest.json checks, or set trainer.resume_mode=auto to resume from "
+                "the newest complete checkpoint in trainer.default_local_dir"
+            )
+        return str(path), f"resuming from {path}"
+    chosen, skipped = newest_complete(trainer.default_local_dir)
+    return (str(chosen) if chosen is not None else None), resume_note(chosen, skipped)
 
 
 def prune(run_dir: str | Path, keep: int | None) -> None:

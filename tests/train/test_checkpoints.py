@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agentfly_train.checkpoints import checkpoint_problem, prune, publish, staging_dir
+from agentfly_train.checkpoints import checkpoint_problem, prune, publish, resume_checkpoint, staging_dir
 from agentfly_train.config import ConfigError
-from agentfly_train.train import resume_checkpoint
 from tests.helpers.runs import quickstart_config
 
 MODEL_BYTES = 4096
@@ -29,7 +28,7 @@ def _checkpoint(run_dir: Path, step: int) -> Path:
 
 
 def _resume(run_dir: Path, *overrides: str) -> tuple[str | None, str | None]:
-    return resume_checkpoint(quickstart_config([f"trainer.default_local_dir={run_dir}", *overrides]))
+    return resume_checkpoint(quickstart_config([f"trainer.default_local_dir={run_dir}", *overrides]).trainer)
 
 
 def _flip_a_byte(path: Path) -> None:

@@ -133,7 +133,7 @@ def test_old_and_reference_logps_are_computed_when_we_expect(tiny_dir, tmp_path)
     output = make_trainer(tiny_dir, tmp_path)._generate_and_score_completions(generation_batch(4))
     assert "old_per_token_logps" not in output and "ref_per_token_logps" not in output
     # two iterations per batch and beta != 0: both, from a reference built from the path in the policy's config
-    # (not from the policy object: train.pin_reference points that path at the policy as RL starts)
+    # (not from the policy object: build.pin_reference points that path at the policy as RL starts)
     policy = AutoModelForCausalLM.from_pretrained(tiny_dir)
     saved = policy.get_input_embeddings().weight.detach().clone()
     with torch.no_grad():
