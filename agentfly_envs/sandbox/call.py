@@ -85,7 +85,7 @@ def _wait_ready(process: SessionProcess) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not process.ready:
         try:
-            message = protocol.receive(process.sock, deadline)
+            message = protocol.receive(process.sock, deadline, protocol.MAX_REPLY_BYTES)
         except (protocol.ProtocolError, TimeoutError) as e:
             raise Gone(f"the session did not start: {e}") from None
         if "pid" in message:
@@ -108,7 +108,7 @@ def _await_reply(process: SessionProcess, request_id: str, deadline: float, cpu_
                 if cpu_seconds(process.pid) > cpu_budget:
                     return Reply.CPU_KILLED, "it used up its CPU time and did not stop"
                 continue
-            reply = protocol.receive(process.sock, deadline)
+            reply = protocol.receive(process.sock, deadline, protocol.MAX_REPLY_BYTES)
             if reply.get("id") == request_id:  # other replies (forged by the code) are skipped
                 return Reply.parse(reply.get("status")), str(reply.get("detail", ""))
     except TimeoutError:

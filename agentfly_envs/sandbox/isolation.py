@@ -55,9 +55,22 @@ SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"
 """Shared libraries the interpreter and its extension modules load (bound read-only where they exist)."""
 DEVICES = ("null", "zero", "full", "random", "urandom")
 """Devices under ``/dev`` in the session's root."""
-REFUSED_SYSCALLS = ("memfd_create", "memfd_secret", "shmget", "unshare")
-"""System calls that would hold memory outside the session's limits (memory files, System V shared memory, a
-file system of its own in a new namespace); ``clone`` into new namespaces is refused too."""
+REFUSED_SYSCALLS = (
+    "memfd_create",
+    "memfd_secret",
+    "shmget",
+    "semget",
+    "msgget",
+    "unshare",
+    "add_key",
+    "request_key",
+    "keyctl",
+)
+"""System calls refused in a session: those that would hold kernel memory outside its limits, kept until the
+episode ends or beyond (memory files; System V shared memory, semaphores and message queues; a file system of its
+own in a new namespace: ``clone`` into new namespaces is refused too), and the kernel keyrings (``add_key``,
+``request_key``, ``keyctl``), which are shared with the host's session keyring (a secret there could be read or
+overwritten) and whose keys outlive the session until reboot."""
 
 
 def build_root(mountpoint: str, disk_bytes: int, sandbox_uid: int | None) -> None:

@@ -47,11 +47,35 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _SYSCALLS = {
     "x86_64": (
         0xC000003E,
-        {"pivot_root": 155, "shmget": 29, "unshare": 272, "memfd_create": 319, "memfd_secret": 447, "clone": 56},
+        {
+            "pivot_root": 155,
+            "shmget": 29,
+            "semget": 64,
+            "msgget": 68,
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
+            "unshare": 272,
+            "memfd_create": 319,
+            "memfd_secret": 447,
+            "clone": 56,
+        },
     ),
     "aarch64": (
         0xC00000B7,
-        {"pivot_root": 41, "shmget": 194, "unshare": 97, "memfd_create": 279, "memfd_secret": 447, "clone": 220},
+        {
+            "pivot_root": 41,
+            "msgget": 186,
+            "semget": 190,
+            "shmget": 194,
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
+            "unshare": 97,
+            "memfd_create": 279,
+            "memfd_secret": 447,
+            "clone": 220,
+        },
     ),
 }
 _CLONE3 = 435  # the same number on every architecture
@@ -111,7 +135,7 @@ def umount2(target: str, flags: int) -> None:
 
 def pivot_root(new_root: str, put_old: str) -> None:
     """``pivot_root(2)`` (glibc has no wrapper)."""
-    number = _machine()[1]["pivot_root"]
+    number = syscall_number("pivot_root")
     _check(_libc().syscall(ctypes.c_long(number), _path(new_root), _path(put_old)), "pivot_root")
 
 
@@ -150,6 +174,15 @@ def _machine() -> tuple[int, dict[str, int]]:
     if machine not in _SYSCALLS:
         raise OSError(errnos.ENOSYS, f"the sandbox knows the system calls of {sorted(_SYSCALLS)}, not of {machine}")
     return _SYSCALLS[machine]
+
+
+def syscall_number(name: str) -> int:
+    """The number of system call ``name`` on this machine (one the seccomp filter knows).
+
+    Raises:
+        OSError: the machine is not one whose call numbers are known.
+    """
+    return _machine()[1][name]
 
 
 def refuse_syscalls(names: tuple[str, ...], namespaces: bool = False) -> None:

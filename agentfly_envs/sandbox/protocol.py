@@ -22,6 +22,9 @@ from typing import Any
 _HEADER = struct.Struct(">I")
 MAX_MESSAGE_BYTES = 256 << 20
 """Largest message accepted, in bytes (a request carries the code to run)."""
+MAX_REPLY_BYTES = 65_536
+"""Largest reply of a session accepted, in bytes: a reply is an id, a status word and a summary line of at most 1,000
+characters (the call's output goes through a file, not the socket), so anything larger is forged by the code."""
 MAX_CONTROL_BYTES = 65_536
 """Largest control datagram, in bytes."""
 
@@ -83,7 +86,7 @@ def decode(data: bytes) -> dict[str, Any]:
     """The message in ``data``; raises :class:`ProtocolError` unless it is a JSON object."""
     try:
         message = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the stack
         raise ProtocolError(f"not a JSON message: {e}") from None
     if not isinstance(message, dict):
         raise ProtocolError(f"a message must be a JSON object, got {type(message).__name__}")
@@ -96,20 +99,21 @@ def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
-def receive(sock: socket.socket, deadline: float | None = None) -> dict[str, Any]:
+def receive(sock: socket.socket, deadline: float | None = None, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
     """Reads one length-prefixed message from a stream socket.
 
     Args:
         sock: A blocking stream socket.
         deadline: ``time.monotonic()`` value after which to give up, or ``None`` to wait forever.
+        max_bytes: Largest message accepted (its header is checked before any of it is read).
 
     Raises:
         TimeoutError: the deadline passed first.
-        ProtocolError: the peer closed the socket or broke the framing.
+        ProtocolError: the peer closed the socket or broke the framing, or announced more than ``max_bytes``.
     """
     (size,) = _HEADER.unpack(_read_exactly(sock, _HEADER.size, deadline))
-    if size > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"message of {size} bytes is over the {MAX_MESSAGE_BYTES}-byte limit")
+    if size > max_bytes:
+        raise ProtocolError(f"message of {size} bytes is over the {max_bytes}-byte limit")
     return decode(_read_exactly(sock, size, deadline))
 
 

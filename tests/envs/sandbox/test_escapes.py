@@ -7,6 +7,7 @@ once-per-process warning) run their pool in a child Python process.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import textwrap
 import pytest
 
 from agentfly_envs.rewards import code_reward
-from agentfly_envs.sandbox import ExecStatus, SandboxError, SandboxLimits, SandboxPool
+from agentfly_envs.sandbox import ExecStatus, SandboxError, SandboxLimits, SandboxPool, linux
 from agentfly_envs.tools.python_executor import describe
 from tests.envs.sandbox.runtime import runtime_dirs_in_tmp
 from tests.helpers.paths import REPO_ROOT
@@ -127,6 +128,32 @@ def test_memory_outside_the_address_space_limit_is_refused(pool):
     with pool.session() as session:
         result = session.run(code)
     assert result.output == "PermissionError\n-1\nNo space left on device True\n", result
+
+
+def test_system_v_semaphores_message_queues_and_kernel_keyrings_are_refused(pool):
+    """System V semaphores and message queues would pin kernel memory outside ``memory_bytes`` until the episode
+    ends; the kernel keyrings are shared with the host's session keyring and keep their keys until reboot. Each
+    call fails with ``EPERM`` (``keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING)`` reads the keyring the
+    host's secrets would be in)."""
+    numbers = {name: linux.syscall_number(name) for name in ("semget", "msgget", "add_key", "request_key", "keyctl")}
+    code = textwrap.dedent(f"""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        calls = {{
+            "semget": lambda: libc.syscall({numbers["semget"]}, 0, 64, 0o1600),
+            "msgget": lambda: libc.syscall({numbers["msgget"]}, 0, 0o1600),
+            "add_key": lambda: libc.syscall({numbers["add_key"]}, b"user", b"planted", b"x", 1, -3),
+            "request_key": lambda: libc.syscall({numbers["request_key"]}, b"user", b"secret", None, -3),
+            "keyctl": lambda: libc.syscall({numbers["keyctl"]}, 0, -3, 0),
+        }}
+        for name, call in calls.items():
+            print(name, call(), ctypes.get_errno())
+    """)
+    result = pool.run(code)
+    assert result.status is ExecStatus.OK, result
+    assert result.output.splitlines() == [
+        f"{name} -1 {errno.EPERM}" for name in ("semget", "msgget", "add_key", "request_key", "keyctl")
+    ], result
 
 
 def test_no_namespaces_of_its_own(pool):
@@ -255,6 +282,35 @@ def test_a_thread_cannot_forge_the_replies_to_later_calls():
     tests = [f"assert add({i}, 1) == {i + 1}" for i in range(8)]
     result = code_reward(f"```python\n{FORGER}```", tests)
     assert result.score == 0.0, result
+
+
+WRITE_ON_THE_SESSION_SOCKET = textwrap.dedent("""
+    import os, socket, struct
+    fds = map(int, os.listdir("/proc/self/fd"))
+    fd = next(fd for fd in fds if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"))
+    sock = socket.socket(fileno=os.dup(fd))
+""")
+
+
+@pytest.mark.parametrize(
+    "forgery, why",
+    [
+        # A header announcing 200 MiB, then 8 MiB of it: refused at the header, before any of it is read.
+        ("sock.sendall(struct.pack('>I', 200 << 20) + bytes(8 << 20))", "over the 65536-byte limit"),
+        # A reply nested deeper than the decoder's stack: a broken message, not an error in the pool.
+        ("body = b'[' * 20_000 + b']' * 20_000; sock.sendall(struct.pack('>I', len(body)) + body)", "not a JSON"),
+    ],
+    ids=["oversized", "nested"],
+)
+def test_a_forged_reply_is_a_crashed_call_not_data_the_pool_reads(pool, forgery, why):
+    """Code that writes its own reply on the session socket gets a crashed call (and a fresh interpreter); the pool
+    reads no reply larger than a real one (:data:`~agentfly_envs.sandbox.protocol.MAX_REPLY_BYTES`), and a reply it
+    cannot decode is no exception of its own."""
+    with pool.session() as session:
+        result = session.run(WRITE_ON_THE_SESSION_SOCKET + forgery + "\nimport time; time.sleep(5)\n")
+        assert result.status is ExecStatus.CRASHED and why in result.detail and result.restarted, result
+        assert result.seconds < 3, result
+        assert session.run("print(6 * 7)").output == "42\n"
 
 
 # ------------------------------------------------------------------------------------------------
