@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentfly_envs.parsers import Action, parse_message
+from agentfly_train.rollout.env_text import EnvTextEncoder
 from agentfly_train.vision import IMAGE_PLACEHOLDER, ImageInputs, message_images
 
 _PROBE_USER = {"role": "user", "content": "x"}
@@ -81,6 +82,7 @@ class ChatCodec:
         self.tool_results = tool_results
         self.reasoning_end = reasoning_end
         self.images = images
+        self._env_text = EnvTextEncoder(tokenizer)
         self.eos_token_id: int = tokenizer.eos_token_id
         self.end_tokens: list[str] = [token for token in (tokenizer.eos_token, *end_of_turn) if token]
         """Texts of the tokens that end an assistant turn, the EOS first."""
@@ -164,6 +166,15 @@ class ChatCodec:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return ids if self.images is None else self.images.expand(ids, images)
 
+    def _encode_messages(
+        self, messages: Sequence[Mapping[str, Any]], render: Callable[[list[Mapping[str, Any]]], str], text: str
+    ) -> list[int]:
+        """:meth:`encode` of ``text``, ``render(messages)``, with the content of the task's and env's messages encoded
+        as text (:class:`~agentfly_train.rollout.env_text.EnvTextEncoder`: a tool's output holding a control token's
+        text cannot forge a turn)."""
+        ids = self._env_text.encode(messages, render, text)
+        return ids if self.images is None else self.images.expand(ids, message_images(messages))
+
     def decode(self, token_ids: Sequence[int]) -> Action:
         """The env's action for a sampled turn: its text (end-of-turn tokens dropped), or, when the codec reads the
         model's tool-call format, an assistant message (``content``, ``tool_calls``, the family's reasoning field;
@@ -192,7 +203,8 @@ class ChatCodec:
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """The opening messages rendered and followed by the assistant header."""
-        return self.encode(self.render(messages, add_generation_prompt=True), message_images(messages))
+        render = functools.partial(self.render, add_generation_prompt=True)
+        return self._encode_messages(messages, render, render(messages))
 
     def turn_ids(self, action: Action) -> list[int]:
         """An assistant turn as the policy samples it: its tokens through its end-of-turn token. Text is the
@@ -243,7 +255,11 @@ class ChatCodec:
                 "the chat template is not prefix-preserving: it renders an earlier assistant turn differently "
                 "once a tool turn follows"
             )
-        ids = self.encode(full[cut:], message_images(env_messages))
+
+        def render(messages: list[Mapping[str, Any]]) -> str:
+            return self.render([*before, *messages], add_generation_prompt=True)[cut:]
+
+        ids = self._encode_messages(env_messages, render, full[cut:])
         return ids if closed_turn else [self.eos_token_id, *ids]
 
     def check_episode(
@@ -286,9 +302,8 @@ class ChatCodec:
                 conversation.extend(env_messages)
                 ids += self.observation_ids(env_messages, closed_turn=True, action=action)
         ends_on_tool = bool(steps) and bool(steps[-1][1])
-        expected = self.encode(
-            self.render(conversation, add_generation_prompt=ends_on_tool), message_images(conversation)
-        )
+        render = functools.partial(self.render, add_generation_prompt=ends_on_tool)
+        expected = self._encode_messages(conversation, render, render(conversation))
         if expected[: len(ids)] != ids:
             position = next((i for i, (a, b) in enumerate(zip(expected, ids, strict=False)) if a != b), len(expected))
             raise TemplateError(
