@@ -7,7 +7,8 @@ uvicorn), so OpenEnv's clients (``GenericEnvClient``, TRL's OpenEnv integration)
   ``{"type": "step", "data": action}``, ``{"type": "state"}``, ``{"type": "close"}``; answers
   ``{"type": "observation", "data": {"observation": {...}, "reward": r, "done": d}}`` or
   ``{"type": "error", "data": {"message": ..., "code": ...}}``;
-- ``/reset``, ``/step``, ``/state``: OpenEnv's stateless HTTP calls (a fresh env each);
+- ``/reset``, ``/step``, ``/state``: OpenEnv's stateless HTTP calls (a fresh env each, so ``/step`` is always
+  refused: a step needs a session's reset);
 - ``/health``, ``/schema``, ``/metadata``: OpenEnv's; ``/info``: ours (the env id, its number of tasks, truncation
   reward, and the sessions open), read by the client env ``agentfly/Remote``.
 
@@ -16,6 +17,12 @@ data: ``seed``, and ``task`` (a row) or ``index`` (a row of the env's own tasks)
 error naming the known keys. An observation carries ``text`` (the env's observation), ``messages``
 (``info["messages"]``), ``tools`` (the tools' schemas, at reset), ``terminated``, ``truncated`` and ``info`` (the
 rest of the env's info, JSON-safe); ``done`` is ``terminated or truncated``.
+
+A request the env cannot take (:class:`RequestError`: unknown reset or step data, a task or index the env refuses, a
+step outside an episode) is refused with the same message on both transports. Over HTTP every failed request gets
+``{"error": "<one line>"}`` and no traceback in the log (:func:`add_error_answers`): 400 for JSON that does not
+parse, 422 for a body, action or reset data of the wrong shape, 409 for a step without an episode, 404 and 405 for
+an unknown route or method, 500 for a failure of the server or its env (whose traceback goes to the log).
 
 Memory is bounded: at most ``max_sessions`` sessions (one env each; a connection past it gets the error
 ``CAPACITY_REACHED``), and a session idle for ``session_timeout`` seconds is closed with its env (openenv-core's
@@ -27,19 +34,25 @@ Needs the ``openenv`` extra (``pip install "agentfly-rl[openenv]"``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.error import ResetNeeded
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError, to_jsonable_python
 
 from agentfly_envs.contract import truncation_reward
+from agentfly_envs.errors import EpisodeFinishedError
 
 try:
+    from fastapi.exceptions import RequestValidationError
     from openenv.core.env_server.http_server import HTTPEnvServer
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.types import Action, ConcurrencyConfig, EnvironmentMetadata, Observation, State
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
 except ImportError as error:  # the extra is missing
     raise ImportError(
         'serving an env needs openenv-core (the "openenv" extra): pip install "agentfly-rl[openenv]"'
@@ -49,6 +62,24 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """Largest WebSocket message the server reads (an action, or a reset with a task row)."""
 RESET_KEYS = ("seed", "episode_id", "task", "index")
 """The reset data a served env takes."""
+STEP_KEYS = ("action", "timeout_s", "request_id")
+"""The step data a served env takes (over HTTP; a ``/ws`` step message's data is the action)."""
+NO_EPISODE = (
+    "no episode to step: reset first in the same session, on a /ws connection (HTTP /reset and /step each run on a "
+    "fresh env, so an HTTP /step has none)"
+)
+
+
+class RequestError(ValueError):
+    """A request the served env cannot take: the caller's mistake, not the server's.
+
+    Over HTTP it is answered with ``status`` and ``{"error": message}``; over ``/ws`` with an error message (code
+    ``EXECUTION_ERROR``, openenv-core's for any refusal after the message's validation).
+    """
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class AgentflyAction(Action):
@@ -110,21 +141,36 @@ class ServedEnv(Environment[AgentflyAction, AgentflyObservation, State]):
         """Starts an episode: ``task=row``, ``index=i``, or neither (a task drawn with ``seed``).
 
         Raises:
-            ValueError: unknown reset data (the error the client gets names the known keys).
+            RequestError: unknown reset data (naming the known keys), or a task or index the env refuses.
         """
         unknown = sorted(set(options) - set(RESET_KEYS))
         if unknown:
-            raise ValueError(f"unknown reset data {unknown}; a served agentfly env takes {list(RESET_KEYS)}")
-        text, info = self._live().reset(seed=seed, options=options or None)
+            raise RequestError(f"unknown reset data {unknown}; a served agentfly env takes {list(RESET_KEYS)}")
+        try:
+            text, info = self._live().reset(seed=seed, options=options or None)
+        except (ValueError, IndexError) as error:  # ToolEnv's refusals of the options (TaskFormatError is a ValueError)
+            raise RequestError(str(error)) from error
         self._state = State(episode_id=episode_id, step_count=0)
         tools = info.pop("tools", None)
         messages = info.pop("messages", [])
         return AgentflyObservation(text=text, messages=json_safe(messages), tools=tools, info=json_safe(info))
 
     def step(self, action: AgentflyAction, timeout_s: float | None = None, **kwargs: Any) -> AgentflyObservation:
-        """Plays one assistant turn (agent mistakes come back as ``Error:`` observations, as locally)."""
+        """Plays one assistant turn (agent mistakes come back as ``Error:`` observations, as locally).
+
+        Raises:
+            RequestError: unknown step data (422), or no episode to step: none was reset, or it ended (409).
+        """
+        unknown = sorted(set(kwargs) - set(STEP_KEYS))
+        if unknown:
+            raise RequestError(f"unknown step data {unknown}; a step takes {list(STEP_KEYS)}")
         turn = action.text if action.text is not None else action.message
-        text, reward, terminated, truncated, info = self._live().step(turn)
+        try:
+            text, reward, terminated, truncated, info = self._live().step(turn)
+        except ResetNeeded:
+            raise RequestError(NO_EPISODE, status=409) from None
+        except EpisodeFinishedError as error:
+            raise RequestError(str(error), status=409) from error
         self._state.step_count += 1
         messages = info.pop("messages", [])
         return AgentflyObservation(
@@ -149,6 +195,56 @@ class ServedEnv(Environment[AgentflyAction, AgentflyObservation, State]):
         if self.env is not None:
             self.env.close()
             self.env = None
+
+
+def error_answer(status: int, message: str) -> JSONResponse:
+    """The HTTP answer ``{"error": message}`` with ``status``, the message's whitespace (newlines too) made single
+    spaces."""
+    return JSONResponse({"error": " ".join(message.split())}, status_code=status)
+
+
+def describe_errors(errors: Sequence[Mapping[str, Any]]) -> str:
+    """Pydantic's validation errors as ``Invalid request: field: problem; ...`` (the field's path without FastAPI's
+    ``body``; a whole-object error has no field)."""
+    problems = []
+    for error in errors:
+        field = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        problems.append(f"{field}: {error['msg']}" if field else str(error["msg"]))
+    return "Invalid request: " + "; ".join(problems)
+
+
+async def _invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
+    """A body FastAPI could not read as the route's request: 400 when it is not JSON, else 422."""
+    errors = error.errors()
+    unparsed = [problem for problem in errors if problem["type"] == "json_invalid"]
+    if unparsed:
+        return error_answer(400, f"Invalid JSON: {unparsed[0].get('ctx', {}).get('error', 'cannot parse the body')}")
+    return error_answer(422, describe_errors(errors))
+
+
+async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+    """An HTTP error raised by the framework or openenv-core (404, 405, an invalid action's 422 with its errors)."""
+    message = describe_errors(error.detail) if isinstance(error.detail, list) else str(error.detail)
+    return error_answer(error.status_code, message)
+
+
+async def _refused(request: Request, error: RequestError) -> JSONResponse:
+    """A :class:`RequestError` of the served env."""
+    return error_answer(error.status, str(error))
+
+
+async def _server_failure(request: Request, error: Exception) -> JSONResponse:
+    """Anything else: a failure of the server or its env (Starlette re-raises it, and uvicorn logs its traceback)."""
+    return error_answer(500, f"server error: {type(error).__name__}: {error}")
+
+
+def add_error_answers(app: Any) -> None:
+    """Makes every failed HTTP request of ``app`` (a FastAPI app) answer ``{"error": "<one line>"}`` with a 4xx
+    status (the caller's mistake, not logged) or 500 (the server's, logged with its traceback)."""
+    app.add_exception_handler(RequestValidationError, _invalid_body)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestError, _refused)
+    app.add_exception_handler(Exception, _server_failure)
 
 
 class QuietDisconnects:
@@ -207,6 +303,7 @@ def create_app(
     )
     app = FastAPI(title=f"agentfly: {env_id}")
     server.register_routes(app)
+    add_error_answers(app)
     app.add_middleware(QuietDisconnects)
 
     @app.get("/info")
