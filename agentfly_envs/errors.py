@@ -23,6 +23,11 @@ class DuplicateRegistrationError(AgentflyError, ValueError):
     """Something was registered twice under one name."""
 
 
+class ToolDefinitionError(AgentflyError, ValueError):
+    """A function registered as a tool lacks what its JSON schema is built from: a Google-style docstring with an
+    ``Args:`` entry per argument, or a type hint on every argument."""
+
+
 class TaskFormatError(AgentflyError, ValueError):
     """A dataset row lacks a field the task needs, or a field has an unusable value."""
 

@@ -167,6 +167,7 @@ def _report(arguments: list[str], out: str | None) -> int:
 
 
 def _list(arguments: list[str]) -> int:
+    from agentfly_envs.errors import ToolDefinitionError
     from agentfly_train.catalog import LISTINGS, listing
     from agentfly_train.config.loading import load_user_code
 
@@ -175,7 +176,10 @@ def _list(arguments: list[str]) -> int:
         print(f"usage: python -m agentfly_train list {{{','.join(LISTINGS)}}} [agent.imports=[...]]", file=sys.stderr)
         return 2
     load_user_code(load_config(overrides, check=False))
-    print(listing(kind))
+    try:
+        print(listing(kind))
+    except ToolDefinitionError as error:  # a user tool that cannot describe itself
+        raise ConfigError(f"agent.imports: {error}") from None
     return 0
 
 

@@ -19,7 +19,7 @@ import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.contract import check_env_contract, env_contract
-from agentfly_envs.errors import AgentflyError, EnvContractError
+from agentfly_envs.errors import AgentflyError, EnvContractError, ToolDefinitionError
 from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnvError
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import AGENT_TYPES, TrainConfig, TrainerConfig
@@ -140,6 +140,8 @@ def make_env(config: TrainConfig, validation: bool = False) -> gym.Env:
     key = "data.val_files" if validation else "data.train_files"
     try:
         env = gym.make(config.env_id, **env_kwargs(config, validation))
+    except ToolDefinitionError as error:
+        raise ConfigError(f"agent.tools: {error}") from None
     except (AgentflyError, RemoteEnvError, ImportError) as error:  # also a server or a module that is not there
         where = key if config.agent.env is None else f"agent.env={config.agent.env}"
         raise ConfigError(f"{where}: {_one_line(error)}") from None

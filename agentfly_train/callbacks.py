@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from agentfly_train.checkpoints import prune
-from agentfly_train.run_dir import METRICS_FILE, SUMMARY_FILE
+from agentfly_train.run_dir import METRICS_FILE, SUMMARY_FILE, parse_jsonl
 
 if TYPE_CHECKING:
     from agentfly_train.trainer import AgentGRPOTrainer
@@ -29,6 +31,9 @@ def _jsonable(value: Any) -> Any:
 class MetricsFile:
     """``metrics.jsonl``: one JSON object per logged step, with a ``step`` field.
 
+    A line that is not such a record (the last line of a run killed mid-write or of a full disk) is skipped with
+    one ``warning:`` line on stderr naming the file and the line.
+
     Args:
         path: The file; created with its directory if missing.
     """
@@ -41,11 +46,17 @@ class MetricsFile:
         self.keep(lambda record: record["step"] <= step)
 
     def keep(self, predicate: Callable[[dict[str, Any]], bool]) -> None:
-        """Drops the records for which ``predicate`` is false."""
+        """Drops the records for which ``predicate`` is false, and unreadable lines; the file is replaced in one
+        step, so a kill meanwhile leaves the old file or the new one."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if line and predicate(json.loads(line))]
-        self.path.write_text("".join(f"{line}\n" for line in kept))
+        kept = [record for record in self.read() if predicate(record)]
+        temporary = self.path.with_name(f"{self.path.name}.tmp")
+        with temporary.open("w") as file:
+            file.writelines(json.dumps(record) + "\n" for record in kept)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self.path)
 
     def append(self, step: int, metrics: dict[str, Any]) -> None:
         """Writes one line ``{"step": step, **metrics}``."""
@@ -55,10 +66,14 @@ class MetricsFile:
             file.write(json.dumps(record) + "\n")
 
     def read(self) -> list[dict[str, Any]]:
-        """All records, in order."""
+        """All records, in order; a line that is not one is skipped with a warning."""
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
+        problems: list[str] = []
+        records = parse_jsonl(self.path.read_text(errors="replace"), self.path, problems, key="step")
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
+        return records
 
 
 class AgentCallback(TrainerCallback):

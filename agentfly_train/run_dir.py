@@ -1,7 +1,7 @@
 """The layout of a run directory (``trainer.default_local_dir``), and what a run reports.
 
 Every module that writes or reads a run's files names them from here, so the trainer, ``eval`` and ``report`` agree
-on the layout without importing each other::
+on the layout without importing each other, and read the JSON-lines files (:func:`parse_jsonl`) alike::
 
     <run dir>/
       config.json              RUN_CONFIG_FILE: the resolved configuration, written at start
@@ -17,8 +17,11 @@ on the layout without importing each other::
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 RUN_CONFIG_FILE = "config.json"
 """The run's resolved configuration, written at start (``eval`` of the run's models reads it)."""
@@ -44,6 +47,52 @@ FINAL_DIR = "final"
 """The model at the end of training."""
 RUN_MODEL_DIR = re.compile(r"final|checkpoint-\d+")
 """The names of a run's model directories: the final model and the checkpoints."""
+
+
+def _no_constant(name: str) -> None:
+    """``NaN``/``Infinity`` (Python's JSON extension) become null."""
+    return None
+
+
+def parse_json(text: str) -> Any:
+    """``text`` as JSON, with ``NaN``/``Infinity`` as null, as strict JSON (the report page's) has no such values.
+
+    Raises:
+        json.JSONDecodeError: ``text`` is not JSON.
+    """
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _parse_line(line: str) -> Any:
+    """``line`` as JSON, or ``None`` if it is not JSON (cut short, garbled, or nested deeper than the stack)."""
+    try:
+        return parse_json(line)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+
+
+def parse_jsonl(text: str, path: Path, problems: list[str], key: str | None = None) -> list[dict[str, Any]]:
+    """The JSON objects of ``text``, the contents of the JSON-lines file ``path``, in order; never raises.
+
+    A line that is not a JSON object, or (with ``key``) has no integer ``key``, is skipped and named with ``path``
+    and its line number in ``problems``: a cut last line is a run killed mid-write or a full disk.
+    """
+    lines = text.splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        record = _parse_line(line)
+        if not isinstance(record, dict):
+            problem = "is not a JSON object"
+        elif key is not None and not isinstance(record.get(key), int):
+            problem = f"has no integer {key!r}"
+        else:
+            records.append(record)
+            continue
+        last = " (the last line: still being written, or the run was killed mid-write)" if number == len(lines) else ""
+        problems.append(f"{path} line {number} {problem}{last}; skipped")
+    return records
 
 
 @dataclass

@@ -13,12 +13,14 @@ episodes begin and end.
 from __future__ import annotations
 
 import enum
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from agentfly_envs.errors import ToolDefinitionError
 from agentfly_envs.registry import Registry
 
 
@@ -59,6 +61,44 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "array": (list, tuple),
     "object": (dict,),
 }
+
+
+_DOCSTRING_FIX = (
+    "a tool needs a Google-style docstring: a line saying what it does, then `Args:` with one "
+    "`name: description` line per argument"
+)
+_TYPE_HINT_FIX = "a tool needs a type hint on every argument (str, int, float, bool, list, dict, ...), e.g. `text: str`"
+
+
+def _json_schema(function: Callable[..., Any], name: str) -> dict[str, Any]:
+    """``transformers.utils.get_json_schema(function)``, its failures one line naming the tool and the fix.
+
+    Raises:
+        ToolDefinitionError: ``function`` has no docstring, no ``Args:`` entry or no type hint for an argument,
+            or a type hint that cannot be resolved.
+    """
+    # lazy: transformers takes ~1 s to import
+    from transformers.utils.chat_template_utils import (
+        DocstringParsingException,
+        TypeHintParsingException,
+        get_json_schema,
+    )
+
+    try:
+        return get_json_schema(function)
+    except DocstringParsingException as error:
+        raise _definition_error(function, name, error, _DOCSTRING_FIX) from None
+    except (TypeHintParsingException, NameError) as error:  # NameError: a string annotation naming nothing
+        raise _definition_error(function, name, error, _TYPE_HINT_FIX) from None
+
+
+def _definition_error(function: Callable[..., Any], name: str, error: Exception, fix: str) -> ToolDefinitionError:
+    """``tool 'name' (function, file:line): what is wrong; fix``."""
+    code = getattr(function, "__code__", None)
+    where = getattr(function, "__qualname__", repr(function))
+    where += f" at {code.co_filename}:{code.co_firstlineno}" if code else ""
+    problem = re.sub(r"^Cannot generate JSON schema for \S+ because ", "", str(error)).rstrip("!")
+    return ToolDefinitionError(f"tool {name!r} ({where}): {problem}; {fix}")
 
 
 class Tool:
@@ -109,9 +149,7 @@ class Tool:
     @cached_property
     def schema(self) -> dict[str, Any]:
         """The OpenAI-style function schema ``{"type": "function", "function": {...}}`` (computed once)."""
-        from transformers.utils import get_json_schema  # lazy: transformers takes ~1 s to import
-
-        schema = get_json_schema(self.function)
+        schema = _json_schema(self.function, self.name)
         schema["function"]["name"] = self.name
         return schema
 

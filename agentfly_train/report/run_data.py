@@ -19,6 +19,8 @@ from agentfly_train.run_dir import (
     RUN_CONFIG_FILE,
     SAMPLE_DIRS,
     STEP_FILE_PATTERN,
+    parse_json,
+    parse_jsonl,
 )
 
 
@@ -50,41 +52,22 @@ class RunData:
     problems: list[str] = field(default_factory=list)
 
 
-def _no_constant(name: str) -> None:
-    """``NaN``/``Infinity`` (Python's JSON extension) become null: the page's JSON must be strict."""
-    return None
-
-
-def read_jsonl(path: Path, problems: list[str]) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file; unreadable lines are skipped and reported in ``problems``."""
-    records = []
+def read_jsonl(path: Path, problems: list[str], key: str | None = None) -> list[dict[str, Any]]:
+    """The JSON objects (with an integer ``key``, when given) of a JSON-lines file; other lines, or the file if it
+    cannot be read, are skipped and reported in ``problems``."""
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        text = path.read_text(errors="replace")
     except OSError as error:
         problems.append(f"{path.name}: cannot be read ({error.strerror})")
         return []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line, parse_constant=_no_constant)
-        except json.JSONDecodeError:
-            record = None
-        if not isinstance(record, dict):
-            last = (
-                " (the last line: still being written, or the run was killed mid-write)" if number == len(lines) else ""
-            )
-            problems.append(f"{path.parent.name}/{path.name} line {number} is not a JSON object{last}; skipped")
-            continue
-        records.append(record)
-    return records
+    return parse_jsonl(text, path, problems, key)
 
 
 def _read_json(path: Path, problems: list[str]) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        value = json.loads(path.read_text(errors="replace"), parse_constant=_no_constant)
+        value = parse_json(path.read_text(errors="replace"))
     except (OSError, json.JSONDecodeError):
         value = None
     if not isinstance(value, dict):
@@ -98,12 +81,7 @@ def _metrics(run_dir: Path, problems: list[str]) -> list[dict[str, Any]]:
     if not path.is_file():
         problems.append("no metrics.jsonl: the run has not logged a step yet (no curves)")
         return []
-    records = []
-    for record in read_jsonl(path, problems):
-        if isinstance(record.get("step"), int):
-            records.append(record)
-        else:
-            problems.append("metrics.jsonl: a record without an integer step; skipped")
+    records = read_jsonl(path, problems, key="step")
     if not records:
         problems.append("metrics.jsonl has no records yet (no curves)")
     return records

@@ -225,3 +225,32 @@ def test_user_code_loads_from_the_command_line(restored_registries, readme, caps
         assert reward("It is 12.", "12").score == 1.0
         assert reward("It is 13.", "12").components == {"has_number": 1.0}
         assert reward("No idea.", "12").score == 0.0
+
+
+def test_a_tool_without_a_docstring_is_one_line_from_the_command_line(restored_registries, tmp_path, capsys):
+    pytest.importorskip("trl", reason="the command line needs the train extra")
+    from agentfly_train.__main__ import main
+
+    mine = tmp_path / "my_tools.py"
+    mine.write_text(
+        "from agentfly_envs.tools import register_tool\n\n"
+        "@register_tool()\n"
+        "def shout(text: str) -> str:\n"
+        "    return text.upper()\n"
+    )
+    arguments = [
+        "--dry-run",
+        f"agent.imports=[{mine}]",
+        "agent.tools=[shout]",
+        f"data.train_files={REPO_ROOT / 'data' / 'guide' / 'math_train.json'}",
+        "agent.reward_name=math_reward_string_equal",
+        "actor_rollout_ref.model.path=agentfly:tiny",
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+    ]
+    why = f"tool 'shout' (shout at {mine}:3): it has no docstring; a tool needs a Google-style docstring"
+    assert main(arguments) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: agent.tools: ") and err.count("\n") == 1 and why in err, err
+    assert main(["list", "tools", f"agent.imports=[{mine}]"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: agent.imports: ") and err.count("\n") == 1 and why in err, err

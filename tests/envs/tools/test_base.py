@@ -1,7 +1,7 @@
 import pytest
 
 from agentfly_envs import TOOLS, Tool, ToolError, register_tool
-from agentfly_envs.errors import DuplicateRegistrationError
+from agentfly_envs.errors import AgentflyError, DuplicateRegistrationError, ToolDefinitionError
 from agentfly_envs.tools import CallStatus, get_tool
 from tests.helpers.tools import NAP
 
@@ -88,3 +88,62 @@ def test_answer_tool_ends_episode_and_returns_answer():
     tool = get_tool("answer")
     assert tool.ends_episode
     assert tool({"answer": 18}).content == "18"
+
+
+def _undocumented(text: str) -> str:
+    return text
+
+
+def _untyped(text) -> str:
+    """Echo text.
+
+    Args:
+        text: Text to echo.
+    """
+    return text
+
+
+def _unlisted(text: str, times: int) -> str:
+    """Repeat text.
+
+    Args:
+        text: Text to repeat.
+    """
+    return text * times
+
+
+def _no_args_section(text: str) -> str:
+    """Echo text."""
+    return text
+
+
+def _unresolved(text: str) -> str:
+    """Echo text.
+
+    Args:
+        text: Text to echo.
+    """
+    return text
+
+
+_unresolved.__annotations__["text"] = "Nowhere"  # as ``text: Nowhere`` under ``from __future__ import annotations``
+
+
+@pytest.mark.parametrize(
+    ("function", "problem", "fix"),
+    [
+        (_undocumented, "it has no docstring", "a tool needs a Google-style docstring"),
+        (_untyped, "Argument text is missing a type hint", "a tool needs a type hint on every argument"),
+        (_unlisted, "the docstring has no description for the argument 'times'", "then `Args:` with one"),
+        (_no_args_section, "the docstring has no description for the argument 'text'", "then `Args:` with one"),
+        (_unresolved, "name 'Nowhere' is not defined", "a tool needs a type hint on every argument"),
+    ],
+)
+def test_a_function_the_schema_cannot_be_built_from_is_one_line_naming_it_and_the_fix(function, problem, fix):
+    with pytest.raises(ToolDefinitionError) as error:
+        _ = Tool(function, name="mine").schema
+    message = str(error.value)
+    line = function.__code__.co_firstlineno
+    assert message.startswith(f"tool 'mine' ({function.__name__} at {__file__}:{line}): {problem}")
+    assert fix in message and "\n" not in message
+    assert isinstance(error.value, AgentflyError)
