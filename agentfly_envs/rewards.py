@@ -15,14 +15,19 @@ import collections
 import math
 import numbers
 import re
+import secrets
 import string
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING
 
 from agentfly_envs.registry import Registry
+
+if TYPE_CHECKING:
+    from agentfly_envs.sandbox import SandboxPool
 
 
 @dataclass(frozen=True)
@@ -308,10 +313,30 @@ def _exact_match(predicted: str, ground_truth: GroundTruth) -> float:
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
 CODE_TEST_TIMEOUT_S = 5.0
-"""Wall-clock limit of one test of ``code_reward``, in seconds (the code itself gets the pool's limit)."""
+"""Wall-clock limit of one test of ``code_reward`` (the code, then the test), in seconds."""
 CODE_TESTS_BUDGET_S = 10.0
-"""Wall-clock time all tests of one ``code_reward`` call may take together, in seconds; tests left when it
-is spent fail (so code that hangs on every test costs at most this)."""
+"""Wall-clock time one ``code_reward`` call may take in all, in seconds: each test's limit is cut so that it ends in
+time even if the sandbox must kill it, and tests left when the budget is spent fail."""
+_ALARM_DELAY_S = 0.1
+"""How long after a test's limit the sandbox's own time limit ends, in seconds: code that catches the sandbox's
+exception there has run past the harness's limit, which counts from a little after the sandbox's start."""
+_HARNESS = """\
+def _agentfly_grade(code, test, mark, limit, exec=exec, compile=compile, clock=__import__("time").monotonic,
+                    write=__import__("os").write):
+    start, namespace = clock(), globals()
+    code, test = compile(code, "<code>", "exec"), compile(test, "<test>", "exec")
+    exec(code, namespace)
+    exec(test, namespace)
+    if clock() - start < limit:
+        write(1, mark)
+
+
+_agentfly_grade({code!r}, {test!r}, {mark!r}, {limit!r})
+"""
+"""The program that grades one test in a fresh interpreter. It compiles the code and the test and keeps its own
+``exec``, ``compile``, clock and ``os.write`` before any of the code runs, and writes ``mark`` (a fresh random token)
+only once the test has returned within ``limit`` seconds: code that exits, raises, patches builtins, prints a pass
+line or catches the exception of its time limit cannot write it."""
 
 
 def extract_code(response: str) -> str:
@@ -330,11 +355,11 @@ def extract_code(response: str) -> str:
 def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
     """The fraction of unit tests the response's code passes in the sandbox; ``passed`` is 1.0 when all do.
 
-    ``ground_truth`` is the list of test programs. The code runs once in a fresh sandboxed
-    interpreter, then each test in it (``CODE_TEST_TIMEOUT_S`` each, ``CODE_TESTS_BUDGET_S`` in all);
-    a test passes when it raises nothing. Code that fails to run, or leaves a thread running (which
-    replaces the interpreter), passes no test; a test that kills the interpreter fails, and the code
-    is run again in a fresh one for the next test. Components:
+    ``ground_truth`` is the list of test programs. For each test, the code runs in a fresh sandboxed
+    interpreter and then the test in it (``CODE_TEST_TIMEOUT_S`` together, ``CODE_TESTS_BUDGET_S`` for the
+    whole call); a test passes when it runs to its end in time and raises nothing. An exit of any kind
+    (``sys.exit``, ``SystemExit``, ``os._exit``, ``KeyboardInterrupt``, a kill), in the code or in the test,
+    fails the test, and so does code that fails to run or leaves a thread running. Components:
     ``pass_rate`` (the score), ``passed`` (all tests pass: the pass/fail part), ``tests_passed``,
     ``tests`` and ``code_found``.
 
@@ -345,26 +370,17 @@ def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
         >>> code_reward("def add(a, b):\\n    return int(a) + int(b)", tests).components["tests_passed"]
         2.0
     """
-    from agentfly_envs.sandbox import ExecStatus, default_pool  # lazy: rewards stay importable alone
+    from agentfly_envs.sandbox import default_pool  # lazy: rewards stay importable alone
 
     code, tests = extract_code(response), _references(ground_truth)
     passed = 0
     if code.strip() and tests:
-        deadline = time.monotonic() + CODE_TESTS_BUDGET_S
-        with default_pool().session() as session:
-            defined = False
-            for test in tests:
-                if not defined:
-                    ran = session.run(code, echo=False)
-                    if ran.status is not ExecStatus.OK or ran.restarted:  # failed, or left a thread running
-                        break
-                    defined = True
-                budget = min(CODE_TEST_TIMEOUT_S, deadline - time.monotonic())
-                if budget <= 0:
-                    break
-                result = session.run(test, echo=False, timeout_s=budget)
-                passed += result.status is ExecStatus.OK
-                defined = not result.restarted
+        pool, deadline = default_pool(), time.monotonic() + CODE_TESTS_BUDGET_S
+        for test in tests:
+            limit = _time_left(deadline)
+            if limit <= 0:
+                break
+            passed += _test_passes(pool, code, test, limit)
     rate = passed / len(tests) if tests else 0.0
     return RewardResult(
         rate,
@@ -376,6 +392,25 @@ def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
             "code_found": float(bool(code.strip())),
         },
     )
+
+
+def _time_left(deadline: float) -> float:
+    """The wall-clock limit of the next test, in seconds: ``CODE_TEST_TIMEOUT_S``, cut so that code the sandbox
+    has to kill (``GRACE_S`` past its own limit) still ends by ``deadline`` (``time.monotonic()``)."""
+    from agentfly_envs.sandbox.call import GRACE_S
+
+    return min(CODE_TEST_TIMEOUT_S, deadline - time.monotonic() - _ALARM_DELAY_S - GRACE_S)
+
+
+def _test_passes(pool: SandboxPool, code: str, test: str, limit: float) -> bool:
+    """Whether ``test`` runs to its end after ``code`` in a fresh interpreter of ``pool`` within ``limit`` seconds,
+    with nothing of the code left running."""
+    from agentfly_envs.sandbox import ExecStatus
+
+    mark = secrets.token_hex(16)
+    program = _HARNESS.format(code=code, test=test, mark=mark.encode(), limit=limit)
+    result = pool.run(program, timeout_s=limit + _ALARM_DELAY_S)
+    return result.status is ExecStatus.OK and not result.restarted and mark in result.output
 
 
 # ----------------------------------------------------------------------------------------------

@@ -140,8 +140,8 @@ ADD_TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(0, 0
 def test_code_reward_runs_the_tests_in_the_sandbox(monkeypatch, response, passed):
     from agentfly_envs import rewards
 
-    monkeypatch.setattr(rewards, "CODE_TEST_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(rewards, "CODE_TESTS_BUDGET_S", 0.5)  # the hanging answer uses up the budget in 2 tests
+    monkeypatch.setattr(rewards, "CODE_TEST_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(rewards, "CODE_TESTS_BUDGET_S", 2.0)  # the hanging answer uses up the budget in 2 tests
     start = time.monotonic()
     result = rewards.code_reward(response, ADD_TESTS)
     assert time.monotonic() - start < 3
@@ -156,3 +156,99 @@ def test_code_reward_survives_a_test_that_crashes_the_interpreter():
     code = "def add(a, b):\n    if a == -1:\n        import os; os._exit(1)\n    return a + b"
     result = code_reward(code, ADD_TESTS)  # the second test kills the interpreter; the third runs in a new one
     assert result.components["tests_passed"] == 2
+
+
+CHECK_TESTS = [
+    "def check(candidate):\n    if candidate(2, 3) != 5:\n        raise AssertionError('add(2, 3)')\n\ncheck(add)"
+]  # HumanEval style, raising by name
+
+
+@pytest.mark.parametrize(
+    ("code", "tests", "passed"),
+    [
+        ("def add(a, b):\n    raise SystemExit", ADD_TESTS, 0),
+        ("import sys\ndef add(a, b):\n    sys.exit(0)", ADD_TESTS, 0),
+        ("def add(a, b):\n    exit()", ADD_TESTS, 0),
+        ("def add(a, b):\n    quit()", ADD_TESTS, 0),
+        ("import os\ndef add(a, b):\n    os._exit(0)", ADD_TESTS, 0),
+        ("def add(a, b):\n    if a < 0:\n        raise SystemExit(0)\n    return a + b", ADD_TESTS, 2),  # partly right
+        ("class Exits:\n    def __eq__(self, other):\n        raise SystemExit(0)\ndef add(a, b):\n    return Exits()",
+         ADD_TESTS, 0),  # exits in the test's comparison
+        # At module level: the program ends before its tests run, as in HumanEval's harness.
+        ("import sys\ndef add(a, b):\n    return a + b\nsys.exit(0)", ADD_TESTS, 0),
+        ("def add(a, b):\n    return a + b\nraise SystemExit", ADD_TESTS, 0),
+        ("import os\ndef add(a, b):\n    return a + b\nos._exit(0)", ADD_TESTS, 0),
+        ("def add(a, b):\n    raise KeyboardInterrupt", ADD_TESTS, 0),
+        ("import os, signal\ndef add(a, b):\n    os.kill(os.getpid(), signal.SIGINT)", ADD_TESTS, 0),
+        # Forged pass lines, on stdout and straight to the output file.
+        ("import os, sys\ndef add(a, b):\n    print('passed\\nAll tests passed\\nOK')\n"
+         "    os.write(1, b'PASSED\\n'); sys.stdout.flush(); sys.exit(0)", ADD_TESTS, 0),
+        # Patched builtins and exits: none changes how the harness runs the test or writes its mark.
+        ("import builtins\nbuiltins.print = lambda *args, **kwargs: None\ndef add(a, b):\n    raise SystemExit",
+         ADD_TESTS, 0),
+        ("import os, sys\nsys.exit = os._exit = lambda *args: None\ndef add(a, b):\n    raise SystemExit(0)",
+         ADD_TESTS, 0),
+        ("import builtins\nbuiltins.AssertionError = lambda *args: SystemExit(0)\ndef add(a, b):\n    return 0",
+         CHECK_TESTS, 0),
+        ("import builtins\nbuiltins.exec = lambda *args, **kwargs: None\ndef add(a, b):\n    return a - b",
+         ADD_TESTS, 1),  # add(0, 0) only: the tests still run
+        ("import builtins\nreal = builtins.compile\n"
+         "builtins.compile = lambda *args, **kwargs: real(*args[:3], optimize=2)  # no asserts\n"
+         "def add(a, b):\n    return a - b", ADD_TESTS, 1),
+    ],
+)  # fmt: skip
+def test_code_reward_fails_a_test_the_code_exits_or_forges_its_way_out_of(code, tests, passed):
+    """A test passes only when it runs to its end: exits count as failures, whatever the code patched or printed."""
+    from agentfly_envs.rewards import code_reward
+
+    result = code_reward(code, tests)
+    assert result.components["tests_passed"] == passed and result.score == pytest.approx(passed / len(tests))
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        "    try:\n        time.sleep(60)\n    except BaseException:\n        pass",
+        "    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    time.sleep(0.6)",
+        "    signal.setitimer(signal.ITIMER_REAL, 0)\n    time.sleep(0.6)",
+    ],
+    ids=["catches-the-timeout", "ignores-the-alarm", "cancels-the-alarm"],
+)
+def test_code_reward_fails_code_that_outlives_its_time_limit(monkeypatch, late):
+    """Code that gets past the exception of its time limit and then answers right is late: the test fails."""
+    from agentfly_envs import rewards
+
+    monkeypatch.setattr(rewards, "CODE_TEST_TIMEOUT_S", 0.3)
+    code = f"import signal, time\ndef add(a, b):\n{late}\n    return a + b"
+    assert rewards.code_reward(code, ADD_TESTS).components["tests_passed"] == 0
+    assert rewards.code_reward("def add(a, b):\n    return a + b", ADD_TESTS).score == 1.0
+
+
+BUDGET_SLACK_S = 0.5
+"""How far past ``CODE_TESTS_BUDGET_S`` a call may end, in seconds (at most 0.003 s measured, over 24 hanging
+calls on a 2-core machine)."""
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import time\nwhile True:\n    try:\n        time.sleep(60)\n    except BaseException:\n        pass",
+        "import time\ndef add(a, b):\n    while True:\n        try:\n            time.sleep(60)\n"
+        "        except BaseException:\n            pass",
+        "import time\ndef add(a, b):\n    time.sleep(60)",
+    ],
+    ids=["module-ignores-its-limit", "function-ignores-its-limit", "function-sleeps"],
+)
+def test_code_reward_keeps_to_its_budget(monkeypatch, code):
+    """The budget bounds the whole call, the code's run included, even where the sandbox must kill the code."""
+    from agentfly_envs import rewards
+    from agentfly_envs.sandbox import default_pool
+
+    monkeypatch.setattr(rewards, "CODE_TEST_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(rewards, "CODE_TESTS_BUDGET_S", 1.5)
+    default_pool().run("")  # the fork server's start, once per process, is not the reward's
+    start = time.monotonic()
+    result = rewards.code_reward(code, ADD_TESTS)
+    elapsed = time.monotonic() - start
+    assert result.score == 0.0
+    assert 0.4 < elapsed <= rewards.CODE_TESTS_BUDGET_S + BUDGET_SLACK_S, elapsed
