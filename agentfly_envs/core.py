@@ -21,7 +21,7 @@ from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
 from agentfly_envs.demonstrations import Demonstrator
-from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, TaskFormatError
+from agentfly_envs.errors import AgentflyError, EpisodeFinishedError, InfrastructureError, TaskFormatError, one_line
 from agentfly_envs.parsers import Action, Parser, ParseResult, ToolCall, get_parser
 from agentfly_envs.registry import close_match
 from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, checked_score, get_reward
@@ -98,6 +98,12 @@ class ToolEnv(gym.Env[Observation, Action]):
 
     Agent mistakes never raise: malformed calls, unknown tools, bad arguments, tool failures,
     oversized turns each become an ``Error: ...`` observation and a count in ``info["error_counts"]``.
+    Failures of the infrastructure are not the agent's: a tool call that fails with
+    :class:`~agentfly_envs.errors.InfrastructureError` (a sandbox that cannot start a session, a simulator that died
+    or hung, a search service that is down; the turn's later calls do not run), or a reward function that raises it
+    (a judge that is down), ends the episode unscored: ``truncated=True``, reward 0, not counted in
+    ``error_counts``, and ``info["infra_failure"]`` names the failing part in one line (``tool python_executor: the
+    sandbox could not start a session (...)``, ``reward my_judge: ...``).
 
     Args:
         task: Registered task-source name (``"gsm8k"``, ``"arithmetic"``) or a ``TaskSource``.
@@ -123,7 +129,9 @@ class ToolEnv(gym.Env[Observation, Action]):
     ``task`` (the row), ``task_index``. Info of ``step``: ``messages`` (new role-``tool`` messages),
     ``tool_calls`` (OpenAI-style), ``parse_errors``, ``tool_latency_s``, ``error_counts`` (this episode),
     ``turn``, ``answer`` (the scored text, on termination), ``reward_components`` and, when the reward
-    function raised or returned no finite number (the episode then scores 0), ``reward_error`` (why, one line).
+    function raised or returned no finite number (the episode then scores 0), ``reward_error`` (why, one line),
+    and, only on the step that an infrastructure failure ended, ``infra_failure`` (what failed, one line; the key is
+    absent from every other step's info).
 
     Example:
         >>> env = ToolEnv(task="arithmetic", level="easy")
@@ -316,7 +324,8 @@ class ToolEnv(gym.Env[Observation, Action]):
         Returns:
             ``(observation, reward, terminated, truncated, info)``: the tool output (``""`` when the
             episode ends on an answer), the reward (0 until the end), whether the agent answered,
-            whether the turn budget ran out, and the step info described in the class docstring.
+            whether the turn budget ran out or an infrastructure failure ended the episode, and the step info
+            described in the class docstring.
 
         Raises:
             ResetNeeded: ``reset()`` was never called.
@@ -334,21 +343,10 @@ class ToolEnv(gym.Env[Observation, Action]):
         episode.messages.append(_assistant_message(action))
 
         turn = self._run_turn(action, episode)
-        if self._world is not None and turn.messages and (view := self._world.observe()):
-            turn.messages[-1]["content"] += f"\n\n{view}"
-        world = self._world.report() if self._world is not None else None
-        terminated = turn.answer is not None or (world is not None and world["done"] > 0)
-        truncated = not terminated and episode.turn >= self.max_turns
-        reward, components, reward_error = 0.0, {}, None
-        if terminated or (truncated and world is not None):  # a world's state is worth reporting either way
-            truth = episode.ground_truth if world is None else world
-            scored, reward_error = checked_score(self.reward_name, self.reward_fn, turn.answer or "", truth)
-            reward, components = float(scored.score), dict(scored.components)
-        if truncated:
-            reward = self.truncation_reward
+        outcome = self._outcome(turn, episode) if turn.infra_failure is None else _Outcome.lost_to(turn.infra_failure)
         text = "\n\n".join(message["content"] for message in turn.messages)
         observation = self._observation(text, turn.messages[-1] if turn.messages else None)
-        episode.done = terminated or truncated
+        episode.done = outcome.terminated or outcome.truncated
         if episode.done:
             self._end_episode()
         episode.messages.extend(_copied(message) for message in turn.messages)
@@ -361,11 +359,33 @@ class ToolEnv(gym.Env[Observation, Action]):
             "error_counts": {kind: episode.error_counts[kind] for kind in ERROR_KINDS},
             "turn": episode.turn,
             "answer": turn.answer,
-            "reward_components": components,
+            "reward_components": outcome.components,
         }
-        if reward_error is not None:
-            info["reward_error"] = reward_error
-        return observation, reward, terminated, truncated, info
+        if outcome.reward_error is not None:
+            info["reward_error"] = outcome.reward_error
+        if outcome.infra_failure is not None:
+            info["infra_failure"] = outcome.infra_failure
+        return observation, outcome.reward, outcome.terminated, outcome.truncated, info
+
+    def _outcome(self, turn: _TurnResult, episode: _Episode) -> _Outcome:
+        """How a turn that the infrastructure did not fail ends: the world's view appended to its last message, and
+        whether it ends the episode, with the reward (or the reward function's infrastructure failure)."""
+        if self._world is not None and turn.messages and (view := self._world.observe()):
+            turn.messages[-1]["content"] += f"\n\n{view}"
+        world = self._world.report() if self._world is not None else None
+        terminated = turn.answer is not None or (world is not None and world["done"] > 0)
+        truncated = not terminated and episode.turn >= self.max_turns
+        outcome = _Outcome(terminated, truncated)
+        if terminated or (truncated and world is not None):  # a world's state is worth reporting either way
+            truth = episode.ground_truth if world is None else world
+            try:
+                scored, outcome.reward_error = checked_score(self.reward_name, self.reward_fn, turn.answer or "", truth)
+            except InfrastructureError as error:
+                return _Outcome.lost_to(f"reward {self.reward_name}: {one_line(error)}")
+            outcome.reward, outcome.components = float(scored.score), dict(scored.components)
+        if truncated:
+            outcome.reward = self.truncation_reward
+        return outcome
 
     def close(self) -> None:
         """Frees the tools' resources (e.g. kills a sandbox session, stops a world's simulator)."""
@@ -414,6 +434,8 @@ class ToolEnv(gym.Env[Observation, Action]):
                 )
                 break
             self._run_call(call, episode, turn)
+            if turn.infra_failure is not None:  # the episode ends with this call
+                break
         return turn
 
     def _run_call(self, call: ToolCall, episode: _Episode, turn: _TurnResult) -> None:
@@ -430,7 +452,9 @@ class ToolEnv(gym.Env[Observation, Action]):
             result = tool(call.arguments)
         finally:
             self.running_tool = None
-        if result.status is not CallStatus.OK:
+        if result.status is CallStatus.INFRA_ERROR:
+            turn.infra_failure = f"tool {tool.name}: {result.content.removeprefix('Error: ')}"
+        elif result.status is not CallStatus.OK:
             episode.error_counts[result.status.value] += 1
         turn.latencies.append(result.latency_s)
         turn.messages.append(_tool_message(call, truncate_middle(result.content, self.max_tool_output_chars)))
@@ -503,10 +527,29 @@ class _TurnResult:
     parse_errors: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     answer: str | None = None
+    infra_failure: str | None = None
+    """What failed, when a tool call failed with an infrastructure error (the turn's later calls did not run)."""
 
     def add_error(self, text: str, call: ToolCall | None = None) -> None:
         """Adds an error observation, as a tool message the model reads."""
         self.messages.append(_tool_message(call, f"Error: {text}"))
+
+
+@dataclass
+class _Outcome:
+    """How a step ends: whether it ends the episode, and its reward and what the info reports of it."""
+
+    terminated: bool = False
+    truncated: bool = False
+    reward: float = 0.0
+    components: dict[str, float] = field(default_factory=dict)
+    reward_error: str | None = None
+    infra_failure: str | None = None
+
+    @classmethod
+    def lost_to(cls, infra_failure: str) -> _Outcome:
+        """The outcome of a step that the infrastructure failed: truncated, unscored."""
+        return cls(truncated=True, infra_failure=infra_failure)
 
 
 def _make_task_source(name: str, task_kwargs: dict[str, Any]) -> TaskSource:

@@ -6,7 +6,8 @@ strings for QA, or the unit tests for code), or, in an env with an interactive w
 state (``world_success``, ``world_score``). The score is in [0, 1]; ``components`` holds the parts
 it was computed from, which the env reports in ``info["reward_components"]``. The env runs a reward
 through :func:`checked_score`: one that raises, or returns no finite number, scores 0 and the env reports
-why in ``info["reward_error"]``.
+why in ``info["reward_error"]``. A reward that cannot score for a reason that is not the answer's (an LLM judge
+that is down) raises :class:`~agentfly_envs.errors.InfrastructureError`: the env ends the episode unscored.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
+from agentfly_envs.errors import InfrastructureError
 from agentfly_envs.registry import Registry
 
 if TYPE_CHECKING:
@@ -73,6 +75,9 @@ def checked_score(
         :class:`RewardResult`, or a score that is not a finite number: ``RewardResult(0.0)`` and a
         one-line reason (at most :data:`MAX_REWARD_ERROR_CHARS` characters).
 
+    Raises:
+        InfrastructureError: the reward raised it: what failed is not the answer (the env ends the episode).
+
     Example:
         >>> checked_score("broken", lambda response, truth: RewardResult(float("nan")), "42", "42")
         (RewardResult(score=0.0, components={}), "reward function 'broken' returned a non-finite score (nan)")
@@ -81,6 +86,8 @@ def checked_score(
     """
     try:
         result = reward_fn(response, ground_truth)
+    except InfrastructureError:
+        raise
     except Exception as error:  # a user's reward: any failure scores 0 and is reported, never crashes step()
         reason = f"raised {type(error).__name__}: {error}"
     else:

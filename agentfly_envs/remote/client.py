@@ -15,8 +15,9 @@ server at its first reset and plays episodes there; each env instance is one ses
 
 A server that stops answering (a dead process, a closed connection, a step past ``timeout`` seconds), or refuses a
 turn, ends the episode with an ``Error:`` observation (truncated, ``info["remote_failure"]``: ``server_lost`` or
-``refused``), as a lost Ray actor does; the next reset opens a new session. A reset that fails twice raises
-:class:`~agentfly_envs.runtime.RemoteEnvError` with the server's message.
+``refused``, and ``info["infra_failure"]``), as a lost Ray actor does; the next reset opens a new session. An
+infrastructure failure of the served env itself comes through in its step's ``info["infra_failure"]``. A reset that
+fails twice raises :class:`~agentfly_envs.runtime.RemoteEnvError` with the server's message.
 
 Needs ``websockets`` (in the ``openenv`` extra).
 """

@@ -5,7 +5,14 @@
 - ``http``: a retrieval service with the Search-R1 ``/retrieve`` API.
 """
 
-from agentfly_envs.retrieval.base import RETRIEVERS, Passage, Retriever, RetrieverError, get_retriever
+from agentfly_envs.retrieval.base import (
+    RETRIEVERS,
+    Passage,
+    Retriever,
+    RetrieverError,
+    RetrieverUnavailableError,
+    get_retriever,
+)
 from agentfly_envs.retrieval.bm25 import BM25Index, ContextBM25Retriever, CorpusBM25Retriever, context_passages
 from agentfly_envs.retrieval.http import HTTPRetriever
 
@@ -18,6 +25,7 @@ __all__ = [
     "Passage",
     "Retriever",
     "RetrieverError",
+    "RetrieverUnavailableError",
     "context_passages",
     "get_retriever",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentfly_envs.errors import InfrastructureError
 from agentfly_envs.registry import Registry
 
 
@@ -26,7 +27,12 @@ class Passage:
 
 
 class RetrieverError(Exception):
-    """A search failed in a way the agent should hear about (service down, bad answer, nothing indexed)."""
+    """A search failed in a way the agent should hear about (nothing indexed yet); the ``search`` tool shows it."""
+
+
+class RetrieverUnavailableError(RetrieverError, InfrastructureError):
+    """The retrieval service failed: unreachable, too slow, an HTTP error, or an answer that cannot be read. Not the
+    agent's doing: the env ends the episode unscored."""
 
 
 class Retriever(ABC):
@@ -38,6 +44,7 @@ class Retriever(ABC):
 
         Raises:
             RetrieverError: the search could not be done; the message says why.
+            RetrieverUnavailableError: the service behind the retriever failed.
         """
 
     def begin_episode(self, row: Mapping[str, Any]) -> None:  # noqa: B027  (an optional hook)

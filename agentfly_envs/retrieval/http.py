@@ -3,8 +3,9 @@
 Request: ``POST {url}/retrieve`` with ``{"queries": [query], "topk": k, "return_scores": true}``.
 Answer: ``{"result": [[{"document": {...}, "score": s}, ...]]}`` (or the documents without the
 ``document``/``score`` wrapper), each document ``{"contents": "\\"Title\\"\\ntext"}`` or ``{"title", "text"}``.
-The connection is direct (no proxy), with a timeout; every failure is a :class:`RetrieverError` that
-says what went wrong, which the ``search`` tool shows the agent.
+The connection is direct (no proxy), with a timeout. Every failure (unreachable, too slow, any HTTP error, an answer
+that cannot be read) is a :class:`RetrieverUnavailableError` that says what went wrong: an infrastructure failure,
+never the agent's, since the ``search`` tool has already checked the query (an empty result is the agent's).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_envs.retrieval.base import RETRIEVERS, Passage, Retriever, RetrieverError
+from agentfly_envs.retrieval.base import RETRIEVERS, Passage, Retriever, RetrieverUnavailableError
 
 MAX_RESPONSE_BYTES = 16 << 20
 """Largest answer read from the service, in bytes."""
@@ -44,17 +45,23 @@ class HTTPRetriever(Retriever):
             with self._opener.open(request, timeout=self.timeout_s) as response:
                 payload = response.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as e:
-            raise RetrieverError(f"the search service at {self.url} answered HTTP {e.code} ({e.reason})") from None
+            raise RetrieverUnavailableError(
+                f"the search service at {self.url} answered HTTP {e.code} ({e.reason})"
+            ) from None
         except urllib.error.URLError as e:
             if isinstance(e.reason, TimeoutError):
-                raise RetrieverError(self._timeout_message()) from None
-            raise RetrieverError(f"the search service at {self.url} is unreachable ({e.reason})") from None
+                raise RetrieverUnavailableError(self._timeout_message()) from None
+            raise RetrieverUnavailableError(f"the search service at {self.url} is unreachable ({e.reason})") from None
         except TimeoutError:
-            raise RetrieverError(self._timeout_message()) from None
+            raise RetrieverUnavailableError(self._timeout_message()) from None
         except OSError as e:
-            raise RetrieverError(f"the connection to the search service at {self.url} failed ({e})") from None
+            raise RetrieverUnavailableError(
+                f"the connection to the search service at {self.url} failed ({e})"
+            ) from None
         if len(payload) > MAX_RESPONSE_BYTES:
-            raise RetrieverError(f"the search service at {self.url} sent more than {MAX_RESPONSE_BYTES} bytes")
+            raise RetrieverUnavailableError(
+                f"the search service at {self.url} sent more than {MAX_RESPONSE_BYTES} bytes"
+            )
         return [_passage(item) for item in _first_result(payload, self.url)][:top_k]
 
     def _timeout_message(self) -> str:
@@ -65,11 +72,11 @@ def _first_result(payload: bytes, url: str) -> list[Any]:
     try:
         result = json.loads(payload)["result"][0]
     except (ValueError, KeyError, IndexError, TypeError):
-        raise RetrieverError(
+        raise RetrieverUnavailableError(
             f"the search service at {url} sent an unexpected answer (expected {{'result': [[...]]}}): {payload[:200]!r}"
         ) from None
     if not isinstance(result, list):
-        raise RetrieverError(f"the search service at {url} sent an unexpected answer: {payload[:200]!r}")
+        raise RetrieverUnavailableError(f"the search service at {url} sent an unexpected answer: {payload[:200]!r}")
     return result
 
 
@@ -81,7 +88,9 @@ def _passage(item: Any) -> Passage:
         return Passage(title.strip().strip('"'), text.strip(), _number(score))
     if isinstance(document, Mapping) and isinstance(document.get("text"), str):
         return Passage(str(document.get("title", "")), document["text"], _number(score))
-    raise RetrieverError(f"the search service sent a document without 'contents' or 'text': {str(item)[:200]}")
+    raise RetrieverUnavailableError(
+        f"the search service sent a document without 'contents' or 'text': {str(item)[:200]}"
+    )
 
 
 def _number(value: Any) -> float | None:

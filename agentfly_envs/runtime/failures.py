@@ -1,9 +1,10 @@
 """What every runtime does when an env cannot answer: the step that ends its episode, and the failure counts.
 
 A step that runs past the pool's ``step_timeout`` (any runtime), or finds its Ray actor dead, returns the
-:func:`lost_episode` step: an ``Error:`` observation, the env's truncation reward, ``truncated=True`` and
-``info["remote_failure"]`` (one of :data:`FAILURE_KINDS`). The pool counts it (:class:`FailureCounts`) and the
-env's next ``reset`` starts on a fresh env; the stuck one is never used again.
+:func:`lost_episode` step: an ``Error:`` observation, the env's truncation reward, ``truncated=True``,
+``info["remote_failure"]`` (one of :data:`FAILURE_KINDS`) and ``info["infra_failure"]`` (what happened, one line:
+an infrastructure failure, as a :class:`~agentfly_envs.core.ToolEnv` reports one of its own). The pool counts it
+(:class:`FailureCounts`) and the env's next ``reset`` starts on a fresh env; the stuck one is never used again.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def lost_episode(
         truncation_reward: The env's reward of a truncated episode.
 
     Returns:
-        ``(observation, truncation_reward, False, True, info)`` with ``info["remote_failure"] = lost.kind``.
+        ``(observation, truncation_reward, False, True, info)`` with ``info["remote_failure"] = lost.kind`` and
+        ``info["infra_failure"]``: the observation without its ``Error: ``.
 
     Example:
         >>> lost_episode(WorkerLost("timeout", "python_executor"), 2.0, {}, 0.0)[0]
@@ -89,5 +91,6 @@ def lost_episode(
         "answer": None,
         "reward_components": {},
         "remote_failure": lost.kind,
+        "infra_failure": text.removeprefix("Error: "),
     }
     return text, float(truncation_reward), False, True, info

@@ -5,11 +5,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from agentfly_envs.errors import AgentflyError
+from agentfly_envs.errors import InfrastructureError
 
 
-class SandboxError(AgentflyError, RuntimeError):
-    """The sandbox itself failed (its fork server could not start or stopped answering)."""
+class SandboxError(InfrastructureError):
+    """The sandbox itself failed (its fork server could not start or stopped answering, no session could be
+    started or reached): never for anything the code does, so an env ends the episode instead of blaming the agent."""
 
 
 class SandboxUnavailableError(SandboxError):

@@ -9,8 +9,9 @@ names the world (``row["world"]``, e.g. ``"textworld_express"`` or ``"textarena"
     {"act": {"timeout_s": 10}}              # a simulator that takes longer to answer counts as crashed (default 60;
                                             # py4j tries a command twice, so a hang shows after about 2x this)
 
-An empty or overlong command, a command after the task ended, and a simulator that died are ``Error:``
-observations (``tool_error``); a command the world does not understand is the world's own answer.
+An empty or overlong command and a command after the task ended are ``Error:`` observations (``tool_error``); a
+command the world does not understand is the world's own answer. A simulator that died or hung is not the agent's
+doing: the tool raises :class:`~agentfly_envs.errors.InfrastructureError`, and the env ends the episode unscored.
 
 ``valid_actions``: the optional companion tool that lists the commands the world accepts now (on request, where
 ``show_valid_actions`` lists them after every observation); an env with it must have ``act`` too.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_envs.errors import TaskFormatError, WorldUnavailableError
+from agentfly_envs.errors import InfrastructureError, TaskFormatError, WorldUnavailableError
 from agentfly_envs.parsers import ToolCall
 from agentfly_envs.tools.base import TOOLS, ToolError
 from agentfly_envs.tools.world import WorldTool
@@ -90,6 +91,9 @@ class ActTool(WorldTool):
 
         Returns:
             What happens: the world's description of the result, or a line starting with "Error:".
+
+        Raises:
+            InfrastructureError: the world's simulator died or hung (this call or an earlier one of the episode).
         """
         self._check_playing()
         command = " ".join(command.split())
@@ -103,26 +107,27 @@ class ActTool(WorldTool):
         except WorldCommandError as e:
             raise ToolError(str(e)) from None
         except WorldCrashedError as e:
-            raise ToolError(self._crashed(e)) from None
+            raise InfrastructureError(self._crashed(e)) from None
 
     def list_valid_actions(self) -> str:
         """The commands the running game accepts now, sorted, comma-separated.
 
         Raises:
-            ToolError: no game is running, it has ended, its world does not list commands, or its simulator died.
+            ToolError: no game is running, it has ended, or its world does not list commands.
+            InfrastructureError: its simulator died or hung.
         """
         self._check_playing()
         try:
             actions = self._world.valid_actions()
         except WorldCrashedError as e:
-            raise ToolError(self._crashed(e)) from None
+            raise InfrastructureError(self._crashed(e)) from None
         if not actions:
             raise ToolError("this world does not list its commands; the task description says how to write them")
         return ", ".join(sorted(actions))  # the worlds list them unordered
 
     def _check_playing(self) -> None:
         if self._crash is not None:
-            raise ToolError(self._crash)
+            raise InfrastructureError(self._crash)
         if self._world is None or self._state is None:
             raise ToolError("no game is running")
         if self._state.done:

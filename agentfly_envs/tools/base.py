@@ -2,8 +2,9 @@
 
 A tool is a plain typed Python function with a Google-style docstring; the JSON schema the model
 reads is derived from them by ``transformers.utils.get_json_schema``. A tool reports a failure the
-model should see by raising :class:`ToolError`; anything else it raises is caught too, so a tool
-bug becomes an error observation instead of a crashed rollout.
+model should see by raising :class:`ToolError`, and a failure that is not the agent's doing (a sandbox,
+simulator or service that died or timed out) by raising :class:`~agentfly_envs.errors.InfrastructureError`;
+anything else it raises is caught too, so a tool bug becomes an error observation instead of a crashed rollout.
 
 A tool with state per episode (a sandbox session, a search index over the task's documents) is a
 :class:`Tool` subclass: the env takes its own copy with :meth:`Tool.for_env` and tells it when
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from agentfly_envs.errors import ToolDefinitionError
+from agentfly_envs.errors import InfrastructureError, ToolDefinitionError, one_line
 from agentfly_envs.registry import Registry
 
 
@@ -29,13 +30,17 @@ class ToolError(Exception):
 
 
 class CallStatus(enum.StrEnum):
-    """How one tool call ended; every value but ``OK`` is counted in ``info["error_counts"]``."""
+    """How one tool call ended; every value but ``OK`` and ``INFRA_ERROR`` is an agent mistake, counted in
+    ``info["error_counts"]``."""
 
     OK = "ok"
     UNKNOWN_TOOL = "unknown_tool"
     BAD_ARGUMENTS = "bad_arguments"
     TOOL_ERROR = "tool_error"
     TOOL_EXCEPTION = "tool_exception"
+    INFRA_ERROR = "infra_error"
+    """The tool raised :class:`~agentfly_envs.errors.InfrastructureError`: not the agent's doing; the env ends the
+    episode."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +199,9 @@ class Tool:
                 plain ``Action Input``), which is passed to the tool's only parameter.
 
         Returns:
-            The result, with ``status`` saying whether the call succeeded.
+            The result, with ``status`` saying whether the call succeeded; an
+            :class:`~agentfly_envs.errors.InfrastructureError` is ``INFRA_ERROR`` with ``Error: <its message on one
+            line>``.
         """
         start = time.perf_counter()
         if isinstance(arguments, str):
@@ -208,6 +215,8 @@ class Tool:
             return ToolResult(f"Error: bad arguments for {self.name}: {problem}", CallStatus.BAD_ARGUMENTS, 0.0)
         try:
             content, status = str(self.function(**arguments)), CallStatus.OK
+        except InfrastructureError as e:
+            content, status = f"Error: {one_line(e)}", CallStatus.INFRA_ERROR
         except ToolError as e:
             content, status = f"Error: {e}", CallStatus.TOOL_ERROR
         except Exception as e:  # a tool bug must not end the rollout; the model sees what happened

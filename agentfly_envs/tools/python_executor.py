@@ -10,6 +10,15 @@ default pool unless the env passes ``pool=``). Options, via the env's ``tool_opt
 
 Anything the code does comes back as text: its output and traceback, or an ``Error:`` (counted as a
 ``tool_error``) when the sandbox had to step in: a timeout, a crash, too much output, non-UTF-8 output.
+
+A failure of the sandbox itself is not the agent's: a :class:`~agentfly_envs.sandbox.SandboxError` (the pool could not
+start or reach a session, its fork server failed twice in a row, this process ran out of file descriptors, the
+machine refuses the isolation asked for) is an :class:`~agentfly_envs.errors.InfrastructureError`, and the env ends
+the episode unscored. An interpreter that dies while the code runs is the code's crash, whatever killed it: the
+pool cannot tell the code's ``os._exit`` or segfault from a kill from outside (the OOM killer, a chaos test), and
+counting such deaths as the infrastructure's would let code end a losing episode unscored by killing its own
+interpreter. One that died between calls is replaced before the next call runs (the agent is told its variables
+are gone); only a replacement that is gone too is the pool's failure.
 """
 
 from __future__ import annotations

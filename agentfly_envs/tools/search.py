@@ -8,8 +8,9 @@ Options, via the env's ``tool_options`` (keyed by the name the env uses)::
     {"search": {"backend": "http", "url": "http://127.0.0.1:8000", "timeout_s": 5}}  # a /retrieve server
     {"search": {"retriever": my_retriever, "top_k": 5}}                 # any Retriever object
 
-An empty query, a query that matches nothing and a retriever that fails (down, slow, garbled) are
-``Error:`` observations counted as ``tool_error``.
+An empty or overlong query and a query that matches nothing are ``Error:`` observations counted as
+``tool_error``. A retrieval service that fails (down, slow, garbled: :class:`RetrieverUnavailableError`) is not the
+agent's doing: the env ends the episode unscored.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_envs.retrieval import Passage, Retriever, RetrieverError, get_retriever
+from agentfly_envs.retrieval import Passage, Retriever, RetrieverError, RetrieverUnavailableError, get_retriever
 from agentfly_envs.tools.base import TOOLS, Tool, ToolError
 
 MAX_QUERY_CHARS = 1_000
@@ -69,6 +70,9 @@ class SearchTool(Tool):
 
         Returns:
             The best passages, one per line as "Doc 1 (Title: ...) text", or a line starting with "Error:".
+
+        Raises:
+            RetrieverUnavailableError: the retrieval service failed (an infrastructure failure).
         """
         query = query.strip()
         if not query:
@@ -77,6 +81,8 @@ class SearchTool(Tool):
             raise ToolError(f"the query is {len(query)} characters long; keep it under {MAX_QUERY_CHARS}")
         try:
             passages = self.retriever.search(query, self.top_k)
+        except RetrieverUnavailableError:  # not the agent's: the call ends as an infrastructure failure
+            raise
         except RetrieverError as e:
             raise ToolError(str(e)) from None
         if not passages:

@@ -13,7 +13,9 @@ the others are attached to it. How they name what they act on depends on the env
 ``press(key="Enter")`` takes a character, a named key (Enter, Tab, Backspace, Escape, ArrowDown, ...) or a combination
 (``ctrl+a``). Each call answers with what it did; after the turn the observation shows the page (the listing, or
 the screenshot), or that the task ended. An element that does not exist, a point off the screen, an unknown key,
-empty or overlong text, an action after the task ended and a browser that died are ``Error:`` observations.
+empty or overlong text and an action after the task ended are ``Error:`` observations. A browser that died is not the
+agent's doing: the tools raise :class:`~agentfly_envs.errors.InfrastructureError`, and the env ends the episode
+unscored.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from agentfly_envs.errors import AgentflyError, TaskFormatError, WorldUnavailableError
+from agentfly_envs.errors import AgentflyError, InfrastructureError, TaskFormatError, WorldUnavailableError
 from agentfly_envs.parsers import ToolCall
 from agentfly_envs.tools.base import TOOLS, ToolError
 from agentfly_envs.tools.world import WorldTool
@@ -151,6 +153,8 @@ class BrowserTool(WorldTool):
         return "Page:\n" + page_listing(page)
 
     def screen(self) -> np.ndarray:
+        if self.session.crash is not None:  # the step that found the browser dead still shows a screen
+            return np.zeros(self.screen_shape, dtype=np.uint8)
         return self._browser().screen()
 
     def report(self) -> dict[str, float]:
@@ -173,7 +177,7 @@ class BrowserTool(WorldTool):
 
     def _browser(self) -> Any:
         if self.session.crash is not None:
-            raise ToolError(self.session.crash)
+            raise InfrastructureError(self.session.crash)
         if self.session.browser is None or not self.session.browser.running:
             raise ToolError("no page is open")
         return self.session.browser
@@ -182,6 +186,7 @@ class BrowserTool(WorldTool):
 
     def _act(self, kind: str, ref: int | None = None, point: tuple[float, float] | None = None, text: str = "") -> Any:
         from selenium.common.exceptions import WebDriverException
+        from urllib3.exceptions import HTTPError
 
         from agentfly_envs.worlds.miniwob import BrowserAction, WebActionError
 
@@ -190,10 +195,10 @@ class BrowserTool(WorldTool):
             return browser.act(BrowserAction(kind, ref=ref, point=point, text=text))
         except WebActionError as e:
             raise ToolError(str(e)) from None
-        except WebDriverException as e:
+        except (WebDriverException, HTTPError) as e:  # Chromium died (or hung), or its chromedriver did
             self.session.crash = f"the browser stopped working ({type(e).__name__}); this episode is over"
             browser.close()
-            raise ToolError(self.session.crash) from None
+            raise InfrastructureError(self.session.crash) from None
 
     def _element_name(self, ref: int) -> str:
         """How the page listing names element ``ref`` (e.g. ``[9] button "Yes"``)."""

@@ -14,6 +14,7 @@ import gymnasium as gym
 import pytest
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
+from agentfly_envs import TOOLS, InfrastructureError, Tool
 from agentfly_envs.errors import EpisodeFinishedError
 from agentfly_envs.runtime import RemoteEnvError
 from tests.envs.hostile import HOSTILE_ACTIONS
@@ -179,6 +180,35 @@ def test_idle_sessions_time_out_and_a_dead_server_is_an_error_observation():
         live.reset(options={"index": 0})
     with pytest.raises(RemoteEnvError, match=r"cannot reach an env server at .*is it running"):
         gym.make("agentfly/Remote", url=url)
+
+
+def _judge(claim: str) -> str:
+    """Ask the judge, which is down.
+
+    Args:
+        claim: What to judge.
+    """
+    raise InfrastructureError("the judge did not answer")
+
+
+def test_infrastructure_failures_come_through_and_a_lost_server_is_one(monkeypatch):
+    monkeypatch.setitem(TOOLS._entries, "judge", Tool(_judge, name="judge"))
+    judge_call = '<tool_call>{"name": "judge", "arguments": {"claim": "42"}}</tool_call>'
+    with ServerThread(create_app("agentfly/Arith-Calc", {**KWARGS, "tools": ["judge"]})) as served:
+        env = gym.make("agentfly/Remote", url=served)
+        env.reset(options={"index": 0})
+        observation, reward, terminated, truncated, step_info = env.step(judge_call)
+        assert observation == "Error: the judge did not answer" and (reward, terminated, truncated) == (
+            0.0,
+            False,
+            True,
+        )
+        assert step_info["infra_failure"] == "tool judge: the judge did not answer"
+        assert "remote_failure" not in step_info and not any(step_info["error_counts"].values())
+        env.reset(options={"index": 0})
+    observation, _, _, truncated, step_info = env.step("The answer is \\boxed{1}.")
+    assert truncated and step_info["remote_failure"] == "server_lost"
+    assert step_info["infra_failure"] == "the environment server stopped answering; the episode ends here."
 
 
 def test_serve_command_refuses_an_unknown_env_in_one_line():

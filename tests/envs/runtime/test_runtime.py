@@ -57,6 +57,7 @@ def test_a_local_step_past_the_timeout_ends_the_episode_and_a_fresh_env_takes_th
     assert observation == "Error: the environment step timed out after 0.5 s (in tool 'nap'); the episode ends here."
     assert (reward, terminated, truncated) == (-0.5, False, True)
     assert info["remote_failure"] == "timeout" and info["messages"][0]["content"] == observation
+    assert info["infra_failure"] == observation.removeprefix("Error: ")
     assert pool.pop_failures() == {"actor_died": 0, "timeout": 1}
     with pytest.raises(ResetNeeded, match=r"episode was lost to a step timeout"):
         env.step(nap_call(0.01))
@@ -166,6 +167,7 @@ def test_a_killed_actor_ends_its_episodes_with_an_error_and_is_replaced(pool, ra
     assert observation.startswith("Error: the worker running this environment died")
     assert (reward, terminated, truncated) == (first.truncation_reward, False, True)
     assert info["remote_failure"] == "actor_died" and info["messages"][0]["content"] == observation
+    assert info["infra_failure"] == "the worker running this environment died; the episode ends here."
     assert pool.actors[0] is not dead
     assert third.step(python_call("print(2)"))[3]  # the other env of the dead actor lost its episode too
     assert pool.pop_failures() == {"actor_died": 2, "timeout": 0}

@@ -46,13 +46,14 @@ def test_env_with_an_http_retriever_and_with_it_down():
         env.unwrapped.tools["search"].retriever.url = f"{url}/broken/retrieve"
         observation, *_, info = env.step('<tool_call>{"name": "search", "arguments": {"query": "Paris"}}</tool_call>')
         assert observation.startswith("Error: the search service at") and "answered HTTP 500" in observation
-        assert info["error_counts"]["tool_error"] == 1
+        assert info["infra_failure"] == f"tool search: {observation.removeprefix('Error: ')}"
     env.reset(options={"index": 0})  # the server is gone now
     observation, reward, terminated, truncated, info = env.step(
         '<tool_call>{"name": "search", "arguments": {"query": "Paris"}}</tool_call>'
     )
     assert observation.startswith("Error: the search service at") and "is unreachable" in observation
-    assert info["error_counts"]["tool_error"] == 1 and (reward, terminated, truncated) == (0.0, False, False)
+    assert info["infra_failure"].startswith("tool search: the search service at")
+    assert info["error_counts"]["tool_error"] == 0 and (reward, terminated, truncated) == (0.0, False, True)
     env.close()
 
 

@@ -134,17 +134,19 @@ def test_valid_actions_and_simplifications():
     env.close()
 
 
-def test_a_dead_simulator_ends_the_episode_with_an_error_and_is_restarted():
+def test_a_dead_simulator_ends_the_episode_as_an_infrastructure_failure_and_is_restarted():
     env = gym.make("agentfly/ScienceWorld", game="find-animal")
     env.reset(options={"index": 0})
     world = env.unwrapped.tools["act"]._worlds["scienceworld"]
     world._jvm.process.kill()
     world._jvm.process.wait()
     start = time.monotonic()
-    observation, reward, terminated, _, info = env.step(act("look around"))
+    observation, reward, terminated, truncated, info = env.step(act("look around"))
     assert time.monotonic() - start < 5
-    assert observation.startswith("Error: the world stopped working") and terminated and reward == 0.0
-    assert info["reward_components"]["world_error"] == 1.0
+    assert observation.startswith("Error: the world stopped working (the ScienceWorld simulator stopped")
+    assert (reward, terminated, truncated) == (0.0, False, True) and info["reward_components"] == {}
+    assert info["infra_failure"] == f"tool act: {observation.removeprefix('Error: ')}"
+    assert not any(info["error_counts"].values())
     env.reset(options={"index": 0})  # a new JVM
     for action in env.unwrapped.golden_actions():
         _, reward, terminated, *_ = env.step(action)

@@ -8,7 +8,9 @@ every offered task (a row names its task; the browser loads its page).
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -199,6 +201,33 @@ def test_a_timed_out_episode_fails(envs):
     )
     assert terminated and reward == 0.0 and info["reward_components"]["success"] == 0.0
     assert "Error: the task has already ended" in observation and "[The task has failed (timed out).]" in observation
+
+
+@pytest.mark.parametrize(
+    ("mode", "driver_too", "cause"),
+    # a dead chromedriver is a refused connection (MaxRetryError) or, caught mid-answer, a broken one (ProtocolError)
+    [("text", True, "MaxRetryError|ProtocolError"), ("screenshot", False, "InvalidSessionIdException")],
+    ids=["chromedriver_and_chromium", "chromium"],
+)
+def test_a_dead_browser_ends_the_episode_as_an_infrastructure_failure(mode, driver_too, cause):
+    kwargs = {"obs": "screenshot", "parser": "gui"} if mode == "screenshot" else {}
+    env = gym.make("agentfly/MiniWoB-ClickButton", **kwargs)
+    env.reset(options={"task": row("click-button")})
+    winning = env.unwrapped.golden_actions()[-1]
+    driver = env.unwrapped.tools["click"].session.browser.pids[0]
+    for pid in descendants(driver) if driver_too else descendants(driver) - {driver}:
+        os.kill(pid, signal.SIGKILL)
+    observation, reward, terminated, truncated, info = env.step(winning)
+    text = observation if mode == "text" else observation["text"]
+    assert re.fullmatch(rf"Error: the browser stopped working \(({cause})\); this episode is over", text), text
+    assert (reward, terminated, truncated) == (0.0, False, True) and info["reward_components"] == {}
+    assert info["infra_failure"] == f"tool click: {text.removeprefix('Error: ')}"
+    assert not any(info["error_counts"].values())
+    if mode == "screenshot":  # the screen of a dead browser is black
+        assert env.observation_space.contains(observation) and not observation["image"].any()
+    env.reset(options={"task": row("click-button")})  # a new browser
+    assert env.step(env.unwrapped.golden_actions()[-1])[1:3] == (1.0, True)
+    env.close()
 
 
 @pytest.mark.parametrize("env_id", MINIWOB_IDS)

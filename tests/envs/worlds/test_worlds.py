@@ -169,7 +169,7 @@ def test_two_envs_play_the_same_game_side_by_side():
     second.close()
 
 
-def test_a_dead_simulator_ends_the_episode_with_an_error_and_is_restarted():
+def test_a_dead_simulator_ends_the_episode_as_an_infrastructure_failure_and_is_restarted():
     env = gym.make("agentfly/TWX-Coin")
     env.reset(options={"index": 0})
     env.step(act("look around"))
@@ -177,11 +177,14 @@ def test_a_dead_simulator_ends_the_episode_with_an_error_and_is_restarted():
     world._jvm.process.kill()  # the JVM this env launched
     world._jvm.process.wait()
     start = time.monotonic()
-    observation, reward, terminated, truncated, info = env.step(act("open door to north"))
+    observation, reward, terminated, truncated, info = env.step(act("open door to north") + act("look around"))
     assert time.monotonic() - start < 5
     assert observation.startswith("Error: the world stopped working") and "the next one restarts it" in observation
-    assert terminated and not truncated and reward == 0.0
-    assert info["reward_components"]["world_error"] == 1.0 and info["error_counts"]["tool_error"] == 1
+    assert (reward, terminated, truncated) == (0.0, False, True) and info["reward_components"] == {}
+    assert info["infra_failure"] == f"tool act: {observation.removeprefix('Error: ')}"
+    assert not any(info["error_counts"].values()) and len(info["tool_calls"]) == 1  # the turn's next call did not run
+    with pytest.raises(agentfly_envs.EpisodeFinishedError):
+        env.step(act("look around"))
     env.reset(options={"index": 0})  # a new JVM
     for action in env.unwrapped.golden_actions():
         _, reward, terminated, *_ = env.step(action)
@@ -225,15 +228,16 @@ def test_docs_world_example_runs_as_written(monkeypatch):
     assert namespace["info"]["reward_components"]["success"] == 1.0
 
 
-def test_a_hung_simulator_times_out_into_an_error():
+def test_a_hung_simulator_times_out_into_an_infrastructure_failure():
     env = gym.make("agentfly/TWX-Coin", tool_options={"act": {"timeout_s": 2}})
     env.reset(options={"index": 0})
     process = env.unwrapped.tools["act"]._worlds["textworld_express"]._jvm.process
     os.kill(process.pid, signal.SIGSTOP)  # the JVM this env launched stops answering
     start = time.monotonic()
-    observation, reward, terminated, *_ = env.step(act("look around"))
+    observation, reward, terminated, truncated, info = env.step(act("look around"))
     assert 2 <= time.monotonic() - start < 12  # py4j tries twice
-    assert observation.startswith("Error: the world stopped working") and terminated and reward == 0.0
+    assert observation.startswith("Error: the world stopped working") and truncated and not terminated
+    assert reward == 0.0 and info["infra_failure"] == f"tool act: {observation.removeprefix('Error: ')}"
     assert process.poll() is not None  # killed, so the next reset launches a fresh one
     env.reset(options={"index": 1})
     assert env.step(act("look around"))[0].startswith("You are in")
