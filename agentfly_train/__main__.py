@@ -90,6 +90,7 @@ def _interrupted(config: TrainConfig, argv: Sequence[str], step: int | None) -> 
 def _train(config: TrainConfig, show_progress: bool, argv: Sequence[str]) -> int:
     from agentfly_train.generation import BackendError
     from agentfly_train.launchers import LaunchError, launcher_for
+    from agentfly_train.rollout import InfrastructureFailureRate
 
     try:
         result = launcher_for(config).launch(config, show_progress)
@@ -117,6 +118,13 @@ def _train(config: TrainConfig, show_progress: bool, argv: Sequence[str]) -> int
         return 1
     except LaunchError as error:  # the message says how to resume
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except InfrastructureFailureRate as error:
+        print(
+            f"error: {error}; the run directory keeps the last checkpoint: mend the failing part and rerun the same "
+            "command (trainer.resume_mode=auto) to resume",
+            file=sys.stderr,
+        )
         return 1
     before, after = result.val_before, result.val_after
     print(f"run directory: {result.run_dir} ({result.steps} steps)")

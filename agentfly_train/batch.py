@@ -91,6 +91,28 @@ def outcome_rewards(scores: Tensor, mask: Tensor) -> Tensor:
     return rewards.scatter_(1, last[:, None], scores.to(rewards.dtype)[:, None])
 
 
+def left_out_episodes(excluded: Tensor, group: Tensor) -> Tensor:
+    """The episodes that neither train nor enter a baseline: those ``excluded`` (an infrastructure failure), and every
+    episode of a group that lost episodes so that fewer than 2 are left.
+
+    Args:
+        excluded: (E,) bool, per episode.
+        group: (E,) int64, each episode's group (the rollouts of one prompt).
+
+    Returns:
+        (E,) bool.
+
+    Example:
+        >>> left_out_episodes(torch.tensor([0, 1, 0, 0, 1, 1, 0]).bool(), torch.tensor([0, 0, 0, 1, 1, 1, 2]))
+        tensor([False,  True, False,  True,  True,  True, False])
+    """
+    groups = int(group.max()) + 1 if group.numel() else 0
+    size = torch.zeros(groups, dtype=torch.long, device=group.device).scatter_add_(0, group, torch.ones_like(group))
+    kept = torch.zeros_like(size).scatter_add_(0, group, (~excluded).long())
+    thin = (kept < size) & (kept < 2)
+    return excluded | thin[group]
+
+
 def row_slices(stop: int, size: int, start: int = 0) -> list[slice]:
     """Consecutive slices of at most ``size`` rows covering rows ``start`` to ``stop`` (micro-batches)."""
     return [slice(first, min(first + size, stop)) for first in range(start, stop, size)]
@@ -131,7 +153,8 @@ def step_denominator(masks: Sequence[Tensor], mode: str, width: int, accelerator
     for mask in masks:
         padded = torch.nn.functional.pad(mask.float(), (0, width - mask.shape[1]))  # (b, width)
         count = count + aggregate(torch.zeros_like(padded), padded)[1]
-    return accelerator.reduce(count, reduction="sum") / accelerator.num_processes
+    # A step whose every token is left out (infrastructure failures) has a zero loss sum: divided by 1, not 0.
+    return accelerator.reduce(count, reduction="sum").clamp(min=1.0) / accelerator.num_processes
 
 
 def masked_stats(x: Tensor, mask: Tensor) -> dict[str, float]:

@@ -26,6 +26,7 @@ from agentfly_train.config.schema import AGENT_TYPES, TrainConfig, TrainerConfig
 from agentfly_train.data import env_task_rows, file_task_rows, takes_data_files, trl_dataset
 from agentfly_train.generation.base import GENERATION_BACKENDS, SamplingParams
 from agentfly_train.rollout import AgentRollout, ChatCodec, RolloutBudgets
+from agentfly_train.run_claim import RunLock, claim_run_dir
 from agentfly_train.run_dir import REFERENCE_DIR, RUN_CONFIG_FILE, RunResult
 from agentfly_train.tiny_policies import TINY_POLICIES
 
@@ -298,6 +299,8 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any])
         val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
         executor=ThreadPoolExecutor(max_workers=threads),
         async_episodes=GENERATION_BACKENDS.async_episodes(config.actor_rollout_ref.rollout, config.agent.backend),
+        retries=rollout.retries,
+        max_infra_failure_rate=rollout.max_infra_failure_rate,
     )
 
 
@@ -382,36 +385,52 @@ class PreparedRun:
         settings: ``trainer.*``: the run directory, validation and checkpoint cadence of the training loop.
         checkpoint: The checkpoint to resume from (``None``: a fresh run).
         result: The run's result so far (the warm start's loss).
+        lock: The run directory's lock, held by the launch's main process (the caller releases it when the run
+            ends).
     """
 
     trainer: Any
     settings: TrainerConfig
     checkpoint: str | None
     result: RunResult
+    lock: RunLock
 
 
 def prepare_run(config: TrainConfig) -> PreparedRun:
-    """Everything of a run before RL: its data (checked first: missing or malformed data fails in seconds, before
-    transformers and TRL load), the launch checked against ``trainer.nnodes * n_gpus_per_node``, TRL's arguments
-    (bad sizes fail before a model loads), the checkpoint to resume from, the run directory with its
-    ``config.json``, the policy and chat codec, the SFT warm start (``sft.enable``, on a fresh run), the pinned
-    reference model (:func:`pin_reference`) and the trainer (:func:`make_trainer`).
+    """Everything of a run before RL: the run directory claimed (locked, and holding no other run:
+    :func:`~agentfly_train.run_claim.claim_run_dir`), its data (checked first: missing or malformed data fails in
+    seconds, before transformers and TRL load), the launch checked against ``trainer.nnodes * n_gpus_per_node``,
+    TRL's arguments (bad sizes fail before a model loads), the checkpoint to resume from, the run's ``config.json``,
+    the policy and chat codec, the SFT warm start (``sft.enable``, on a fresh run), the pinned reference model
+    (:func:`pin_reference`) and the trainer (:func:`make_trainer`). The directory stays locked until the caller
+    releases :attr:`PreparedRun.lock`, or until this raises.
 
     Raises:
         ConfigError: the configuration cannot serve the run (one line naming the key).
     """
+    from agentfly_train.config.loading import load_user_code
+
+    load_user_code(config)  # loaded already where the configuration was read; not on a Ray Train worker
+    lock = claim_run_dir(config.trainer, json.loads(json.dumps(asdict(config))))  # as its config.json holds it
+    try:
+        return _prepare_claimed_run(config, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _prepare_claimed_run(config: TrainConfig, lock: RunLock) -> PreparedRun:
+    """:func:`prepare_run` once the run directory is this run's."""
     from accelerate import PartialState
     from transformers import set_seed
 
     from agentfly_train.checkpoints import remove_leftovers, resume_checkpoint
-    from agentfly_train.config.loading import load_user_code
     from agentfly_train.config.validation import ignored_settings
     from agentfly_train.devices import training_device
     from agentfly_train.generation.base import backend_of
     from agentfly_train.models import add_stop_tokens, load_policy
     from agentfly_train.trl_args import grpo_config
 
-    load_user_code(config)  # loaded already where the configuration was read; not on a Ray Train worker
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
     data = run_data(config)
     try:
@@ -423,15 +442,17 @@ def prepare_run(config: TrainConfig) -> PreparedRun:
         for note in ignored_settings(config, world_size) if main_process else []:
             print(f"note: {note}", file=sys.stderr)
         args = grpo_config(config, world_size, device)
-        checkpoint, resume_line = resume_checkpoint(config.trainer)
+        # With overwrite the main process has emptied the directory; the others may still see its checkpoints.
+        fresh = config.trainer.overwrite and config.trainer.resume_mode == "auto"
+        checkpoint, resume_line = (None, None) if fresh else resume_checkpoint(config.trainer)
+        run_dir = Path(config.trainer.default_local_dir)
         if main_process:
-            remove_leftovers(config.trainer.default_local_dir)
+            remove_leftovers(run_dir)
             if resume_line is not None:
                 print(resume_line, file=sys.stderr)
+            (run_dir / RUN_CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2))
         set_seed(config.trainer.seed)
-        run_dir = Path(config.trainer.default_local_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / RUN_CONFIG_FILE).write_text(json.dumps(asdict(config), indent=2))
+        run_dir.mkdir(parents=True, exist_ok=True)  # the other processes may get here before the main one made it
         backend_of(config).preflight(config)
         model, tokenizer = load_policy(config)
         codec = make_codec(config, tokenizer, data.env, data.train[0])
@@ -446,7 +467,7 @@ def prepare_run(config: TrainConfig) -> PreparedRun:
     if args.beta and config.actor_rollout_ref.model.lora_rank == 0:
         pin_reference(model, run_dir, copy=config.sft.enable or config.model_path in TINY_POLICIES)
     trainer = make_trainer(config, args, model, tokenizer, codec, data.train, data.val, world_size)
-    return PreparedRun(trainer, config.trainer, checkpoint, result)
+    return PreparedRun(trainer, config.trainer, checkpoint, result, lock)
 
 
 def _quiet_libraries() -> None:

@@ -13,6 +13,7 @@ on the layout without importing each other, and read the JSON-lines files (:func
       eval_pass_at_k.json      KSCORES_FILE: ``eval``'s pass@k and mean@k
       reference/               REFERENCE_DIR: the reference model of the KL terms
       checkpoint-<N>/ final/   the models (RUN_MODEL_DIR matches their names; FINAL_DIR the last)
+      .lock                    LOCK_FILE: held by the run using the directory (:mod:`~agentfly_train.run_claim`)
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ FINAL_DIR = "final"
 """The model at the end of training."""
 RUN_MODEL_DIR = re.compile(r"final|checkpoint-\d+")
 """The names of a run's model directories: the final model and the checkpoints."""
+LOCK_FILE = ".lock"
+"""Locked (``fcntl.flock``) by the run using the directory, which writes its pid, host and start time into it."""
 
 
 def _no_constant(name: str) -> None:

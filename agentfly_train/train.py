@@ -36,11 +36,17 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     Returns:
         The :class:`RunResult` (also saved as ``result.json`` in the run directory).
     """
-    from accelerate import PartialState
-
     from agentfly_train.build import prepare_run
 
     prepared = prepare_run(config)
+    with prepared.lock:  # the run directory stays this run's until it has written its last file
+        return _run_prepared(prepared, show_progress)
+
+
+def _run_prepared(prepared: PreparedRun, show_progress: bool) -> RunResult:
+    """Trains and validates the prepared run, then writes its ``result.json`` and report."""
+    from accelerate import PartialState
+
     trainer = prepared.trainer
     try:
         _train_and_validate(prepared, show_progress)

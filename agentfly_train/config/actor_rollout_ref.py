@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly_train.config.constraints import NonNegative, OneOf, Positive, Registered, setting
+from agentfly_train.config.constraints import NonNegative, OneOf, Positive, Registered, Within, setting
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 """The precisions a model's weights may be loaded in (``auto``: the device's best)."""
@@ -183,6 +183,14 @@ class RolloutConfig:
             it the episode is truncated with an ``Error:`` observation naming the tool, counted in
             ``env/remote_failures``, and the env replaced (``local``: the stuck thread is abandoned; ``ray``: the
             actor is killed).
+        retries: Replays of an episode that met an infrastructure failure (``info["infra_failure"]``: a dead sandbox,
+            server, actor, world or judge, not the agent's doing), each on a fresh reset of the same task; an
+            episode still failing is excluded: not scored, not in its group's baseline, its tokens not trained (a
+            group left with fewer than 2 episodes is dropped). Counted in ``rollout/infra_failures``,
+            ``rollout/retried`` and ``rollout/excluded``.
+        max_infra_failure_rate: The share of a training step's episodes that may be excluded for infrastructure
+            failures; above it the run saves a checkpoint and stops with one line naming the failing part, instead
+            of training on what is left.
         async_episodes: Each episode at its own pace: its next turn goes to the engine as soon as its env step
             returns, and the engine batches whatever is pending (``null``: on with vLLM; the HF backend is turn by
             turn only).
@@ -205,6 +213,8 @@ class RolloutConfig:
     env_worker_cpus: float = setting(1.0, NonNegative())
     env_worker_resources: dict[str, float] = field(default_factory=dict)
     env_step_timeout: float = setting(300.0, Positive())
+    retries: int = setting(2, NonNegative())
+    max_infra_failure_rate: float = setting(0.5, Within(0.0, 1.0))
     async_episodes: bool | None = None
     log_prob_micro_batch_size_per_gpu: int | None = None
     mode: str = "colocate"

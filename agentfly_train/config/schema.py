@@ -318,7 +318,11 @@ class TrainerConfig:
         val_before_train: Validate before the first step.
         resume_mode: ``auto`` (latest checkpoint in the run directory), ``resume_path``, ``disable``.
         resume_from_path: The checkpoint for ``resume_mode=resume_path``.
-        default_local_dir: The run directory (checkpoints, ``metrics.jsonl``, samples).
+        default_local_dir: The run directory (checkpoints, ``metrics.jsonl``, samples). A run locks it; it holds
+            one run, which the same configuration resumes (``docs/training.md``, run directories).
+        overwrite: Delete everything in ``default_local_dir`` (a previous run) before this run starts in it; without
+            it, a run stops with one line where the directory holds a different run, or any run's files with
+            ``resume_mode=disable``.
         seed: Seed of data order, sampling and initialisation.
         device: ``auto``, ``cpu`` or ``cuda``.
         critic_warmup: Rollout steps at the start that train only the critic (PPO); the policy starts moving
@@ -346,6 +350,7 @@ class TrainerConfig:
     resume_mode: str = setting("auto", OneOf(RESUME_MODES))
     resume_from_path: str | None = None
     default_local_dir: str = "runs/${trainer.project_name}/${trainer.experiment_name}"
+    overwrite: bool = False
     seed: int = 0
     device: str = "auto"
     critic_warmup: int = setting(0, NonNegative())

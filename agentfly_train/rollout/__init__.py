@@ -12,6 +12,7 @@ from agentfly_train.rollout.codec import ChatCodec, TemplateError
 from agentfly_train.rollout.episode import (
     FINISH_REASONS,
     EngineTime,
+    InfrastructureFailureRate,
     RolloutBudgets,
     Trajectory,
     TurnSpan,
@@ -27,6 +28,7 @@ __all__ = [
     "AgentRollout",
     "ChatCodec",
     "EngineTime",
+    "InfrastructureFailureRate",
     "RolloutBudgets",
     "TemplateError",
     "Trajectory",

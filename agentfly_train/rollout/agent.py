@@ -28,6 +28,9 @@ class AgentRollout:
         executor: Threads that step the envs concurrently.
         async_episodes: Run each episode at its own pace (:func:`~agentfly_train.rollout.run_rollouts_async`)
             on a backend that :attr:`~agentfly_train.generation.GenerationBackend.streams`; else turn by turn.
+        retries: Replays of an episode that ends on an infrastructure failure (``rollout.retries``).
+        max_infra_failure_rate: The share of a training step's episodes that may be excluded for infrastructure
+            failures before the run stops (``rollout.max_infra_failure_rate``).
     """
 
     pool: EnvPool
@@ -37,6 +40,8 @@ class AgentRollout:
     val_params: SamplingParams
     executor: ThreadPoolExecutor
     async_episodes: bool = False
+    retries: int = 0
+    max_infra_failure_rate: float = 1.0
 
     @property
     def turn_rows(self) -> int | None:
@@ -56,7 +61,7 @@ class AgentRollout:
         idle time."""
         envs = self.pool.take(len(tasks))
         loop = run_rollouts_async if self.async_episodes and backend.streams else run_rollouts
-        return loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing)
+        return loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries)
 
     def evaluate(
         self, backend: GenerationBackend, rows: Sequence[Mapping[str, Any]], batch_size: int
@@ -88,6 +93,8 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         "tool_calls": trajectory.num_tool_calls,
         "messages": [_json_message(message) for message in trajectory.messages],
         "reward_components": trajectory.reward_components,
+        **({"infra_failure": trajectory.infra_failure} if trajectory.infra_failure is not None else {}),
+        **({"failed_attempts": trajectory.failed_attempts} if trajectory.failed_attempts else {}),
         "error_counts": {kind: count for kind, count in trajectory.error_counts.items() if count},
         "turn_calls": trajectory.turn_calls,
         "prompt_tokens": len(trajectory.prompt_ids),

@@ -29,6 +29,7 @@ def run_rollouts_async(
     params: SamplingParams,
     executor: ThreadPoolExecutor,
     timing: EngineTime | None = None,
+    retries: int = 0,
 ) -> list[Trajectory]:
     """Runs one episode per ``(env, task)`` pair to the end, each at its own pace
     (an :class:`~agentfly_train.rollout.stream.EpisodeStream` pumped until they have ended).
@@ -43,9 +44,10 @@ def run_rollouts_async(
         executor: Threads that step the envs; a turn's env step starts as soon as its generation finishes.
         timing: Accumulates the engine's busy time (it had requests) and idle time (every unfinished episode
             was waiting on its env).
+        retries: Replays of an episode that met an infrastructure failure.
 
     Returns:
         One :class:`Trajectory` per episode, in order (the synchronous loop's, under greedy decoding).
     """
-    stream = EpisodeStream(engine, codec, budgets, executor, timing)
+    stream = EpisodeStream(engine, codec, budgets, executor, timing, retries)
     return run_to_end(stream, envs, tasks, params, range(len(envs)))

@@ -34,6 +34,11 @@ FINISH_REASONS = ("stop", "max_turns", "length")
 ``length``: the token budget (``response_length``) ran out."""
 
 
+class InfrastructureFailureRate(RuntimeError):
+    """More of a training step's episodes met infrastructure failures than ``rollout.max_infra_failure_rate``
+    allows; the run saved a checkpoint and stopped (the message is one line)."""
+
+
 @dataclass(frozen=True)
 class RolloutBudgets:
     """Limits of one episode.
@@ -100,6 +105,10 @@ class Trajectory:
         error_counts: The env's ``info["error_counts"]`` at the episode's last step.
         reward_components: The reward's components (``info["reward_components"]``) when the env scored it.
         reward_error: Why the reward function failed (``info["reward_error"]``; the episode scored 0), or ``None``.
+        infra_failure: The infrastructure failure that ended the episode (``info["infra_failure"]``: a dead sandbox,
+            server, actor, world or judge; not the agent's doing), or ``None``. Such an episode is replayed or
+            left out of training (:attr:`excluded`), never scored.
+        failed_attempts: The infrastructure failures of this task's earlier attempts, each replayed by this one.
         versions: Per completion token, the policy version that sampled it (-1 on ``env_mask = 0`` tokens); a turn
             carries the version its request was submitted under (off-policy training,
             :mod:`~agentfly_train.rollout.stream`; 0 throughout otherwise).
@@ -127,6 +136,8 @@ class Trajectory:
     error_counts: dict[str, int] = field(default_factory=dict)
     reward_components: dict[str, float] = field(default_factory=dict)
     reward_error: str | None = None
+    infra_failure: str | None = None
+    failed_attempts: list[str] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     context_ids: list[int] = field(default_factory=list)
     turn_spans: list[TurnSpan] = field(default_factory=list)
@@ -134,6 +145,16 @@ class Trajectory:
 
     def __post_init__(self) -> None:
         self.context_ids = self.context_ids or [*self.prompt_ids, *self.completion_ids]
+
+    @property
+    def excluded(self) -> bool:
+        """Left out of training and of the statistics: it ended on an infrastructure failure."""
+        return self.infra_failure is not None
+
+    def replays(self, failed: Trajectory) -> None:
+        """Records that this episode replays ``failed``, an attempt of the same task that met an infrastructure
+        failure."""
+        self.failed_attempts = [*failed.failed_attempts, str(failed.infra_failure)]
 
     def extend(
         self, token_ids: Sequence[int], trained: bool, logprobs: Sequence[float] | None = None, version: int = -1
@@ -193,6 +214,23 @@ def start_episode(env: gym.Env, task: Mapping[str, Any], codec: ChatCodec, max_i
     trajectory = Trajectory(prompt_ids=prompt, messages=messages, images=images)
     trajectory.env_seconds = time.perf_counter() - start
     return trajectory
+
+
+def replay(
+    trajectory: Trajectory,
+    env: gym.Env,
+    task: Mapping[str, Any],
+    codec: ChatCodec,
+    budgets: RolloutBudgets,
+    retries: int,
+) -> Trajectory | None:
+    """A fresh attempt at ``task`` on ``env`` (reset again) when the finished ``trajectory`` met an infrastructure
+    failure and has had fewer than ``retries`` replays; ``None`` when it stands as it is."""
+    if trajectory.infra_failure is None or len(trajectory.failed_attempts) >= retries:
+        return None
+    attempt = start_episode(env, task, codec, budgets.max_images)
+    attempt.replays(trajectory)
+    return attempt
 
 
 def room_left(trajectory: Trajectory, budgets: RolloutBudgets) -> int:
@@ -289,7 +327,8 @@ def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) 
             number (the turn budget; past reasoning or old screenshots dropped): that many rows per episode, one per
             turn, each the context the turn was sampled after (``prompt_ids``) and its sampled tokens (with their
             ``env_mask``: 1, or where a golden demonstration masks some out of its loss); a turn the
-            episode did not take is a row of one token with ``env_mask = 0`` (nothing trained).
+            episode did not take is a row of one token with ``env_mask = 0`` (nothing trained). An
+            :attr:`~Trajectory.excluded` episode's rows have ``env_mask = 0`` throughout: nothing of it is trained.
 
     Returns:
         ``prompt_ids``, ``completion_ids``, ``logprobs`` (sampling log-probs), ``env_mask`` and ``env_reward`` (the
@@ -308,12 +347,13 @@ def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) 
             rows[key].append(value)
 
     for t in trajectories:
+        env_mask = [0] * len(t.env_mask) if t.excluded else t.env_mask
         if turns is None:
-            add(t.prompt_ids, t.completion_ids, t.logprobs, t.env_mask, t.reward)
+            add(t.prompt_ids, t.completion_ids, t.logprobs, env_mask, t.reward)
             continue
         for span in t.turn_spans[:turns]:
             start, end = span.start, span.end
-            add(span.context, t.completion_ids[start:end], t.logprobs[start:end], t.env_mask[start:end], t.reward)
+            add(span.context, t.completion_ids[start:end], t.logprobs[start:end], env_mask[start:end], t.reward)
         for _ in range(turns - len(t.turn_spans)):
             add(t.prompt_ids, (t.completion_ids or t.prompt_ids)[-1:], [0.0], [0], t.reward)
     return rows
@@ -346,6 +386,7 @@ def finish(
     trajectory.correct = _is_correct(trajectory.reward, info or {}) if reason == "stop" else False
     trajectory.reward_components = dict((info or {}).get("reward_components") or {})
     trajectory.reward_error = (info or {}).get("reward_error")
+    trajectory.infra_failure = (info or {}).get("infra_failure")
 
 
 def reward_error_notes(trajectories: Sequence[Trajectory], seen: set[str]) -> list[str]:
@@ -365,36 +406,43 @@ def reward_error_notes(trajectories: Sequence[Trajectory], seen: set[str]) -> li
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Per-batch statistics of finished episodes (means over episodes unless named otherwise).
+    """Per-batch statistics of finished episodes (means over the scored episodes unless named otherwise: an episode
+    that ended on an infrastructure failure is not scored, :attr:`Trajectory.excluded`).
 
     Returns:
         ``reward/{mean,std,min,max}``, ``reward/errors`` (episodes whose reward function failed: a count, not a
         mean), ``accuracy``, ``episode/{turns,tool_calls,tool_error_rate,
         response_length,sampled_tokens}``, ``episode/tool_error_rate/<kind>`` (errors of each of the env's
-        ``ERROR_KINDS`` per tool call), ``finish_reason/<reason>`` (fractions) and ``env_seconds`` (sum).
+        ``ERROR_KINDS`` per tool call), ``finish_reason/<reason>`` (fractions), ``env_seconds`` (sum), and the
+        counts ``rollout/infra_failures`` (attempts that met an infrastructure failure), ``rollout/retried`` (those
+        replayed) and ``rollout/excluded`` (episodes whose every attempt failed).
     """
     import statistics
 
-    count = max(len(trajectories), 1)
-    rewards = [t.reward for t in trajectories] or [0.0]
-    calls = sum(t.num_tool_calls for t in trajectories)
-    reasons = Counter(t.finish_reason for t in trajectories)
+    scored = [t for t in trajectories if not t.excluded]
+    count = max(len(scored), 1)
+    rewards = [t.reward for t in scored] or [0.0]
+    calls = sum(t.num_tool_calls for t in scored)
+    reasons = Counter(t.finish_reason for t in scored)
     stats = {
         "reward/mean": statistics.fmean(rewards),
         "reward/std": statistics.pstdev(rewards),
         "reward/min": min(rewards),
         "reward/max": max(rewards),
-        "reward/errors": sum(t.reward_error is not None for t in trajectories),
-        "accuracy": sum(t.correct for t in trajectories) / count,
-        "episode/turns": sum(t.num_turns for t in trajectories) / count,
+        "reward/errors": sum(t.reward_error is not None for t in scored),
+        "accuracy": sum(t.correct for t in scored) / count,
+        "episode/turns": sum(t.num_turns for t in scored) / count,
         "episode/tool_calls": calls / count,
-        "episode/tool_error_rate": sum(t.num_tool_errors for t in trajectories) / max(calls, 1),
-        "episode/response_length": sum(len(t.completion_ids) for t in trajectories) / count,
-        "episode/sampled_tokens": sum(sum(t.env_mask) for t in trajectories) / count,
+        "episode/tool_error_rate": sum(t.num_tool_errors for t in scored) / max(calls, 1),
+        "episode/response_length": sum(len(t.completion_ids) for t in scored) / count,
+        "episode/sampled_tokens": sum(sum(t.env_mask) for t in scored) / count,
         "env_seconds": sum(t.env_seconds for t in trajectories),
+        "rollout/infra_failures": sum(len(t.failed_attempts) + t.excluded for t in trajectories),
+        "rollout/retried": sum(len(t.failed_attempts) for t in trajectories),
+        "rollout/excluded": sum(t.excluded for t in trajectories),
     }
     for kind in ERROR_KINDS:
-        errors = sum(t.error_counts.get(kind, 0) for t in trajectories)
+        errors = sum(t.error_counts.get(kind, 0) for t in scored)
         stats[f"episode/tool_error_rate/{kind}"] = errors / max(calls, 1)
     stats.update({f"finish_reason/{reason}": reasons[reason] / count for reason in FINISH_REASONS})
     return stats

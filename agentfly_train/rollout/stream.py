@@ -34,6 +34,7 @@ from agentfly_train.rollout.episode import (
     finish,
     needs_env_step,
     record_turn,
+    replay,
     room_left,
     start_episode,
     step_env,
@@ -114,6 +115,7 @@ class _Request:
 class _Episode:
     trajectory: Trajectory
     env: gym.Env
+    task: Mapping[str, Any]
     params: SamplingParams
     started_version: int
 
@@ -128,6 +130,8 @@ class EpisodeStream:
         executor: Threads that step the envs; a turn's env step starts as soon as its generation finishes.
         timing: Accumulates the engine's busy time (it had requests) and idle time (every unfinished episode was
             waiting on its env).
+        retries: Replays of an episode that ends on an infrastructure failure, from its start on the same env
+            (:func:`~agentfly_train.rollout.episode.replay`); it is finished when it stands.
     """
 
     def __init__(
@@ -137,8 +141,10 @@ class EpisodeStream:
         budgets: RolloutBudgets,
         executor: ThreadPoolExecutor,
         timing: EngineTime | None = None,
+        retries: int = 0,
     ) -> None:
         self.engine = engine
+        self.retries = retries
         self.codec = codec
         self.budgets = budgets
         self.executor = executor
@@ -154,7 +160,7 @@ class EpisodeStream:
     def start(self, key: int, env: gym.Env, task: Mapping[str, Any], params: SamplingParams) -> None:
         """Resets ``env`` into ``task`` and submits the episode's first turn; ``key`` names it until it is taken."""
         self._episodes[key] = _Episode(
-            start_episode(env, task, self.codec, self.budgets.max_images), env, params, self.version
+            start_episode(env, task, self.codec, self.budgets.max_images), env, task, params, self.version
         )
         self._submit(key)
 
@@ -227,13 +233,17 @@ class EpisodeStream:
     def _advance(self, key: int, generation: Generation, text: str, stepped: StepResult | None, version: int) -> None:
         episode = self._episodes[key]
         trajectory = episode.trajectory
-        if not record_turn(trajectory, episode.env, generation, text, stepped, self.codec, self.budgets, version):
-            self.finished.append(key)
-        elif trajectory.num_turns >= self.budgets.max_turns:
+        if record_turn(trajectory, episode.env, generation, text, stepped, self.codec, self.budgets, version):
+            if trajectory.num_turns < self.budgets.max_turns:
+                self._submit(key)
+                return
             finish(trajectory, episode.env, "max_turns")
+        attempt = replay(trajectory, episode.env, episode.task, self.codec, self.budgets, self.retries)
+        if attempt is None:
             self.finished.append(key)
-        else:
-            self._submit(key)
+            return
+        episode.trajectory, episode.started_version = attempt, self.version
+        self._submit(key)
 
 
 def run_to_end(

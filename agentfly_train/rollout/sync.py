@@ -19,6 +19,7 @@ from agentfly_train.rollout.episode import (
     finish,
     needs_env_step,
     record_turn,
+    replay,
     room_left,
     start_episode,
     step_env,
@@ -35,8 +36,10 @@ def run_rollouts(
     params: SamplingParams,
     executor: ThreadPoolExecutor,
     timing: EngineTime | None = None,
+    retries: int = 0,
 ) -> list[Trajectory]:
-    """Runs one episode per ``(env, task)`` pair to the end.
+    """Runs one episode per ``(env, task)`` pair to the end; one that ends on an infrastructure failure is played
+    again from its start, up to ``retries`` times (:func:`~agentfly_train.rollout.episode.replay`).
 
     Args:
         envs: Environments, one per episode (reset here with ``options={"task": task}``).
@@ -47,15 +50,14 @@ def run_rollouts(
         params: Sampling parameters.
         executor: Threads that step the envs of a turn concurrently.
         timing: Accumulates the engine's busy time (generation calls) and idle time (the turns' env steps).
+        retries: Replays of an episode that met an infrastructure failure.
 
     Returns:
         One :class:`Trajectory` per episode, in order.
     """
     trajectories = [start_episode(env, task, codec, budgets.max_images) for env, task in zip(envs, tasks, strict=True)]
     active = list(range(len(envs)))
-    for _ in range(budgets.max_turns):
-        if not active:
-            break
+    while active:
         rooms = [room_left(trajectories[i], budgets) for i in active]
         start = time.perf_counter()
         images = [trajectories[i].images for i in active]
@@ -73,11 +75,17 @@ def run_rollouts(
         if timing is not None:
             timing.busy_s += generated - start
             timing.idle_s += time.perf_counter() - generated
-        active = [
-            index
-            for n, index in enumerate(active)
-            if record_turn(trajectories[index], envs[index], generations[n], texts[n], stepped.get(n), codec, budgets)
-        ]
-    for index in active:
-        finish(trajectories[index], envs[index], "max_turns")
+        going = []
+        for n, index in enumerate(active):
+            trajectory, env = trajectories[index], envs[index]
+            if record_turn(trajectory, env, generations[n], texts[n], stepped.get(n), codec, budgets):
+                if trajectory.num_turns < budgets.max_turns:
+                    going.append(index)
+                    continue
+                finish(trajectory, env, "max_turns")
+            attempt = replay(trajectory, env, tasks[index], codec, budgets, retries)
+            if attempt is not None:
+                trajectories[index] = attempt
+                going.append(index)
+        active = going
     return trajectories

@@ -60,6 +60,7 @@ from agentfly_train.batch import (
     episode_mask,
     explained_variance,
     gather_rows,
+    left_out_episodes,
     loss_mask,
     masked_stats,
     on_turn_rows,
@@ -144,6 +145,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         self._batch_tasks: list[dict[str, Any]] = []
         self._batch_rewards: list[float] = []
         self._batch_baselines: list[float] = []
+        self._batch_excluded: list[float] = []  # 1.0 per episode of the batch that ended on an infrastructure failure
         self._train_samples_step, self._train_samples_written = -1, 0
         self._reward_errors_noted: set[str] = set()  # reward failures already printed, once per distinct message
         self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
@@ -229,6 +231,10 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         rows (:attr:`~agentfly_train.rollout.AgentRollout.turn_rows`), the estimator scores the episodes (each as
         long as its sampled tokens) and each turn row gets its episode's advantage.
         """
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        group = torch.arange(len(self._batch_excluded) * self.accelerator.num_processes) // group_size
+        left_out = left_out_episodes(self._gathered(self._batch_excluded).bool(), group.to(self.accelerator.device))
+        self._leave_out(output, left_out)
         mask = loss_mask(output)  # (B, T)
         batch, length = mask.shape
         rows = slice(self.accelerator.process_index * batch, (self.accelerator.process_index + 1) * batch)
@@ -239,12 +245,12 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         turns = self.agent.turn_rows
         scored_mask = all_mask if turns is None else episode_mask(all_mask, turns)  # (episodes, L) with turn rows
         rewards, metrics = self._token_rewards(output, scored_mask, mode)
-        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        alone = torch.arange(len(left_out), device=left_out.device) + len(left_out)  # out of every other's baseline
         advantages, returns = compute_advantage(
             self.rl.algorithm.adv_estimator,
             rewards,
             scored_mask,
-            index=torch.arange(scored_mask.shape[0], device=all_mask.device) // group_size,
+            index=torch.where(left_out, alone, group.to(left_out.device)),
             values=all_values,
             reward_baselines=self._gathered(self._batch_baselines) if self.estimator.needs_greedy_baseline else None,
             gamma=self.rl.algorithm.gamma,
@@ -253,6 +259,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         )
         if turns is not None:
             advantages, returns = (on_turn_rows(x, turns, all_mask) for x in (advantages, returns))
+        metrics["rollout/left_out"] = float(left_out.sum())
         for name, tensor in (("advantages", advantages), ("returns", returns)):
             metrics.update({f"critic/{name}/{k}": v for k, v in masked_stats(tensor, all_mask).items()})
         if values is not None:
@@ -264,6 +271,17 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         for name, value in metrics.items():
             self._metrics[mode][name].append(value)
         return advantages[rows, :length]
+
+    def _leave_out(self, output: dict[str, Any], left_out: Tensor) -> None:
+        """Zeroes the loss mask (``tool_mask``) of this process's rows of the ``left_out`` (E,) episodes (gathered
+        from all processes; with turn rows, each episode's ``turn_rows`` rows)."""
+        if not left_out.any():
+            return
+        episodes = len(self._batch_excluded)
+        mine = left_out[self.accelerator.process_index * episodes : (self.accelerator.process_index + 1) * episodes]
+        rows = mine.repeat_interleave(self.agent.turn_rows or 1)
+        kept = output.get("tool_mask", torch.ones_like(output["completion_mask"]))
+        output["tool_mask"] = kept * (~rows).to(kept.dtype)[:, None]
 
     def _token_rewards(self, output: dict[str, Any], all_mask: Tensor, mode: str) -> tuple[Tensor, dict[str, float]]:
         """(B * processes, T_max) token rewards: each episode's reward on its last sampled token, minus β·KL

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import torch
 from trl import GRPOTrainer
 
 from agentfly_train.rollout import (
+    InfrastructureFailureRate,
     Trajectory,
     reward_error_notes,
     row_images,
@@ -61,6 +63,9 @@ class RolloutMixin:
         else:
             trajectories = self.schedule.run(self, self._batch_tasks, self.agent.val_params)
         self._batch_rewards = [t.reward for t in trajectories]
+        self._batch_excluded = [float(t.excluded) for t in trajectories]
+        if mode == "train":
+            self._stop_on_failing_infrastructure(trajectories)
         if self.agent.codec.images is not None:
             images = row_images(trajectories, self.agent.turn_rows)
             self._batch_pixels = self.agent.codec.images.pixel_inputs(images, self.accelerator.device)
@@ -71,6 +76,29 @@ class RolloutMixin:
         if mode == "train":
             self._save_train_samples(trajectories)
         return training_rows(trajectories, self.agent.turn_rows)
+
+    def _stop_on_failing_infrastructure(self, trajectories: Sequence[Trajectory]) -> None:
+        """The circuit breaker: when more than ``rollout.max_infra_failure_rate`` of the step's episodes (on all
+        processes) are excluded for infrastructure failures, saves a checkpoint of the steps trained so far and
+        stops the run.
+
+        Raises:
+            InfrastructureFailureRate: one line naming the share and the most frequent failure.
+        """
+        excluded = torch.tensor([t.excluded for t in trajectories], dtype=torch.float32, device=self.accelerator.device)
+        rate = float(self.accelerator.gather(excluded).mean())
+        if rate <= self.agent.max_infra_failure_rate:
+            return
+        saved = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+        if self.state.global_step > 0 and not saved.is_dir():  # the steps trained so far (save_freq may not have)
+            self._save_checkpoint(self.model, trial=None)
+        failures = Counter(t.infra_failure for t in trajectories if t.infra_failure is not None)
+        failure, count = failures.most_common(1)[0] if failures else ("on another process", 0)
+        raise InfrastructureFailureRate(
+            f"{rate:.0%} of the episodes of step {self.state.global_step + 1} met infrastructure failures after "
+            f"{self.agent.retries} retries, above rollout.max_infra_failure_rate={self.agent.max_infra_failure_rate}"
+            f" (most often, {count} times here: {failure})"
+        )
 
     def _greedy_rewards(self, tasks: Sequence[Mapping[str, Any]]) -> list[float]:
         """ReMax's baseline of each row: the reward of one greedy episode per distinct task."""

@@ -290,6 +290,7 @@ class AsyncSchedule(RolloutSchedule):
             trainer.port.agent.codec,
             trainer.port.agent.budgets,
             trainer.port.agent.executor,
+            retries=trainer.port.agent.retries,
         )
         self.stream.version = self.synced_version
         if trainer.port.backend.has_own_weights:

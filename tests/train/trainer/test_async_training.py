@@ -117,6 +117,7 @@ def _schedule_and_trainer(
         budgets=BUDGETS,
         executor=executor,
         train_params=SamplingParams(),
+        retries=0,
     )
     trainer = _Trainer(
         accelerator=SimpleNamespace(num_processes=1, process_index=0),

@@ -13,7 +13,7 @@ from torch import Tensor
 from transformers import set_seed
 from trl import GRPOTrainer
 
-from agentfly_train.batch import loss_mask, sequences
+from agentfly_train.batch import loss_mask, outcome_rewards, sequences
 from agentfly_train.build import env_kwargs, make_codec, make_trainer, train_rows
 from agentfly_train.models import load_policy
 from agentfly_train.trl_args import grpo_config
@@ -335,4 +335,37 @@ def test_dropped_reasoning_trains_each_turn_as_a_row_with_its_episodes_advantage
     first_turn = inputs["completion_ids"][second - 1][mask[second - 1] == 1].tolist()
     assert prompts[second][: len(prompts[second - 1])] == prompts[second - 1]
     assert prompts[second][len(prompts[second - 1]) :][: len(first_turn)] != first_turn  # its start was dropped
+    _shut_down(trainer)
+
+
+def test_an_excluded_episode_is_out_of_its_groups_baseline_and_a_thinned_group_is_dropped(warm_policy, tmp_path):
+    """An episode that ended on an infrastructure failure (excluded) trains nothing, and the advantages of the rest of
+    its group are the estimator's on the group without it; a group left with one episode trains nothing at all."""
+    from agentfly_train.algorithms import compute_advantage
+
+    trainer = _trainer(warm_policy, tmp_path)
+    output = trainer._generate_and_score_completions(_generation_batch(trainer))  # 2 groups of 4, before shuffling
+    rewards = torch.tensor(trainer._batch_rewards)
+    varied = next(g for g in range(2) if rewards[4 * g : 4 * g + 4].std() > 0)  # a group whose baseline matters
+    first, other = 4 * varied, 4 * (1 - varied)
+    excluded = [0.0] * 8
+    excluded[first] = 1.0  # out of the varied group
+    excluded[other + 1 : other + 4] = [1.0] * 3  # the other group keeps one episode: dropped
+    trainer._batch_excluded = excluded
+    before = loss_mask(output)
+    advantages = trainer._advantages(output, "train")
+    mask = loss_mask(output)
+    left_out = [first, *range(other, other + 4)]
+    assert mask[left_out].sum() == 0 and advantages[left_out].abs().sum() == 0
+    kept = list(range(first + 1, first + 4))
+    assert torch.equal(mask[kept], before[kept])
+    expected, _ = compute_advantage(
+        "grpo",
+        outcome_rewards(rewards[kept], before[kept]),
+        before[kept],
+        index=torch.zeros(3, dtype=torch.long),
+        norm_adv_by_std_in_grpo=trainer.rl.algorithm.norm_adv_by_std_in_grpo,
+    )
+    torch.testing.assert_close(advantages[kept][mask[kept] == 1], expected[before[kept] == 1])
+    assert advantages[kept].abs().max() > 0.1
     _shut_down(trainer)

@@ -1,0 +1,144 @@
+"""Episodes that meet an infrastructure failure (``info["infra_failure"]``) are replayed from their start, and left out
+of scoring and training when every attempt fails: in both rollout loops and in a training run."""
+
+from __future__ import annotations
+
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import gymnasium as gym
+import pytest
+
+import agentfly_envs  # noqa: F401
+from agentfly_envs import InfrastructureError
+from agentfly_envs.rewards import REWARDS
+from agentfly_train.__main__ import main
+from agentfly_train.callbacks import MetricsFile
+from agentfly_train.generation import SamplingParams
+from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts, run_rollouts_async, summarize, training_rows
+from agentfly_train.rollout.stream import BatchedRequests
+from tests.helpers.runs import LEARNING_TASKS
+from tests.helpers.scripted import ScriptedPolicy, golden_scripts
+
+ENV_ID = "agentfly/Arith-Calc"
+BUDGETS = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=1024)
+DEAD_JUDGE = "the judge did not answer (connection refused)"
+
+
+class FlakyJudge:
+    """A reward that fails as a dead judge would on the first ``fails`` scorings of each task, then scores as the
+    env's own reward does."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+        self.calls: Counter[str] = Counter()
+        self.score = REWARDS.get("math_reward_string_equal")
+
+    def __call__(self, response: str, ground_truth: object):
+        self.calls[str(ground_truth)] += 1
+        if self.calls[str(ground_truth)] <= self.fails:
+            raise InfrastructureError(DEAD_JUDGE)
+        return self.score(response, ground_truth)
+
+
+@pytest.fixture
+def judged(monkeypatch, tiny_tokenizer):
+    """``(judge(fails) -> (envs, tasks, codec, policy), executor)``: three golden episodes of envs scored by a
+    :class:`FlakyJudge` named ``flaky_judge``, a policy that can play each golden episode four times."""
+    executor = ThreadPoolExecutor(4)
+
+    def judge(fails: int):
+        monkeypatch.setitem(REWARDS._entries, "flaky_judge", FlakyJudge(fails))
+        envs = [gym.make(ENV_ID, level="easy", max_turns=4, reward="flaky_judge") for _ in range(3)]
+        _, info = envs[0].reset(options={"index": 0})
+        codec = ChatCodec(tiny_tokenizer, info["tools"])
+        tasks = [envs[0].unwrapped.tasks.row(i) for i in range(3)]
+        scripts = golden_scripts(envs, codec, tasks)
+        return envs, tasks, codec, ScriptedPolicy(codec, {prompt: turns * 4 for prompt, turns in scripts.items()})
+
+    yield judge, executor
+    executor.shutdown()
+
+
+def _play(loop: str, envs, tasks, codec, policy, executor, retries: int):
+    if loop == "sync":
+        return run_rollouts(envs, tasks, policy, codec, BUDGETS, SamplingParams(), executor, retries=retries)
+    engine = BatchedRequests(policy)
+    return run_rollouts_async(envs, tasks, engine, codec, BUDGETS, SamplingParams(), executor, retries=retries)
+
+
+@pytest.mark.parametrize("loop", ["sync", "async"])
+def test_an_episode_that_meets_a_dead_judge_is_replayed_and_scored_as_the_replay(judged, loop):
+    judge, executor = judged
+    envs, tasks, codec, policy = judge(fails=1)
+    trajectories = _play(loop, envs, tasks, codec, policy, executor, retries=2)
+    failure = f"reward flaky_judge: {DEAD_JUDGE}"
+    for trajectory in trajectories:
+        assert (trajectory.reward, trajectory.correct, trajectory.finish_reason) == (1.0, True, "stop")
+        assert trajectory.infra_failure is None and trajectory.failed_attempts == [failure]
+    stats = summarize(trajectories)
+    assert (stats["rollout/infra_failures"], stats["rollout/retried"], stats["rollout/excluded"]) == (3, 3, 0)
+    assert stats["accuracy"] == 1.0
+
+
+@pytest.mark.parametrize("loop", ["sync", "async"])
+def test_an_episode_whose_every_attempt_fails_is_excluded_unscored_and_untrained(judged, loop):
+    judge, executor = judged
+    envs, tasks, codec, policy = judge(fails=0)
+    scored = _play(loop, envs[:2], tasks[:2], codec, policy, executor, retries=2)
+    REWARDS.get("flaky_judge").fails = 99  # the judge is gone
+    (excluded,) = _play(loop, envs[2:], tasks[2:], codec, policy, executor, retries=2)
+    assert excluded.excluded and excluded.infra_failure == f"reward flaky_judge: {DEAD_JUDGE}"
+    assert len(excluded.failed_attempts) == 2 and excluded.reward == 0.0 and excluded.finish_reason == "max_turns"
+    stats = summarize([*scored, excluded])
+    assert (stats["rollout/infra_failures"], stats["rollout/retried"], stats["rollout/excluded"]) == (3, 2, 1)
+    assert stats["accuracy"] == 1.0 and stats["reward/min"] == 1.0  # the excluded episode is not scored
+    rows = training_rows([*scored, excluded])
+    assert all(sum(mask) > 0 for mask in rows["env_mask"][:2]) and sum(rows["env_mask"][2]) == 0
+
+
+def test_the_run_stops_with_one_line_when_too_many_episodes_fail_and_resumes_once_mended(
+    monkeypatch, warm_policy, tmp_path, capfd
+):
+    """Above ``rollout.max_infra_failure_rate`` the run keeps the checkpoint of the steps trained so far and exits
+    with status 1 and one line naming the failure; once the judge answers again, the same command resumes."""
+    original = REWARDS.get("math_reward_string_equal")
+
+    def judge_gone_after_step_1(response: str, ground_truth: object):
+        if (tmp_path / "checkpoint-1").is_dir():
+            raise InfrastructureError(DEAD_JUDGE)
+        return original(response, ground_truth)
+
+    monkeypatch.setitem(REWARDS._entries, "flaky_judge", judge_gone_after_step_1)
+    command = [
+        "--config",
+        "quickstart",
+        *LEARNING_TASKS,
+        f"actor_rollout_ref.model.path={warm_policy}",
+        "sft.enable=false",
+        "data.train_batch_size=2",
+        "agent.num_chains=2",
+        "data.val_size=2",
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=1",
+        "agent.reward_name=flaky_judge",
+        "actor_rollout_ref.rollout.retries=1",
+        "actor_rollout_ref.rollout.max_infra_failure_rate=0.2",
+        f"trainer.default_local_dir={tmp_path}",
+        "--no-progress",
+    ]
+    assert main(command) == 1
+    line = capfd.readouterr().err.strip().splitlines()[-1]
+    assert (
+        line.startswith("error: ") and "of the episodes of step 2 met infrastructure failures after 1 retries" in line
+    )
+    assert "rollout.max_infra_failure_rate=0.2 (most often, " in line and f"reward flaky_judge: {DEAD_JUDGE}" in line
+    assert line.endswith("rerun the same command (trainer.resume_mode=auto) to resume")
+    assert (tmp_path / "checkpoint-1").is_dir() and not (tmp_path / "checkpoint-2").exists()
+    monkeypatch.setitem(REWARDS._entries, "flaky_judge", original)
+    assert main(command) == 0
+    assert "resuming from" in capfd.readouterr().err
+    steps = [
+        record["step"] for record in MetricsFile(tmp_path / "metrics.jsonl").read() if "rollout/excluded" in record
+    ]
+    assert steps == [1, 2, 3]
