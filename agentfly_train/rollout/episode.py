@@ -389,20 +389,31 @@ def finish(
     trajectory.infra_failure = (info or {}).get("infra_failure")
 
 
-def reward_error_notes(trajectories: Sequence[Trajectory], seen: set[str]) -> list[str]:
-    """One line per reward failure not in ``seen`` (which it then joins), with its count in ``trajectories``.
+def failure_notes(trajectories: Sequence[Trajectory], seen: set[str]) -> list[str]:
+    """One line per reward failure, and per infrastructure failure (of an episode or of an attempt it replayed), not
+    in ``seen`` (which it then joins), with its count in ``trajectories``.
 
     Example:
         >>> failed = Trajectory(prompt_ids=[], reward_error="reward function 'f' raised ValueError: no")
+        >>> lost = Trajectory(prompt_ids=[], failed_attempts=["tool python_executor: no session"])
         >>> seen = set()
-        >>> reward_error_notes([failed, failed], seen)
-        ["note: reward function 'f' raised ValueError: no; 2 episode(s) scored 0 (counted in reward/errors)"]
-        >>> reward_error_notes([failed], seen)
+        >>> failure_notes([failed, failed, lost], seen)  # doctest: +NORMALIZE_WHITESPACE
+        ["note: reward function 'f' raised ValueError: no; 2 episode(s) scored 0 (counted in reward/errors)",
+         'note: infrastructure failure: tool python_executor: no session; 1 attempt(s) replayed or left out of
+         training (counted in rollout/infra_failures)']
+        >>> failure_notes([failed, lost], seen)
         []
     """
-    counts = Counter(t.reward_error for t in trajectories if t.reward_error is not None and t.reward_error not in seen)
-    seen.update(counts)
-    return [f"note: {error}; {count} episode(s) scored 0 (counted in reward/errors)" for error, count in counts.items()]
+    rewards = Counter(t.reward_error for t in trajectories if t.reward_error is not None)
+    infra = Counter(f for t in trajectories for f in [*t.failed_attempts, t.infra_failure] if f is not None)
+    notes = [
+        *(f"{error}; {count} episode(s) scored 0 (counted in reward/errors)" for error, count in rewards.items()
+          if error not in seen),
+        *(f"infrastructure failure: {failure}; {count} attempt(s) replayed or left out of training (counted in "
+          "rollout/infra_failures)" for failure, count in infra.items() if failure not in seen),
+    ]  # fmt: skip
+    seen.update(rewards, infra)
+    return [f"note: {note}" for note in notes]
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:

@@ -147,7 +147,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         self._batch_baselines: list[float] = []
         self._batch_excluded: list[float] = []  # 1.0 per episode of the batch that ended on an infrastructure failure
         self._train_samples_step, self._train_samples_written = -1, 0
-        self._reward_errors_noted: set[str] = set()  # reward failures already printed, once per distinct message
+        self._failures_noted: set[str] = set()  # reward and infrastructure failures printed, once per distinct message
         self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
         self._batch_pixels: dict[str, Any] = {}  # the rollout batch's pixel inputs while TRL scores it (VLM runs)
         check_trainer_setup(self.rl, self.estimator, kwargs.get("args"), kl_ctrl, critic_model, critic_settings)

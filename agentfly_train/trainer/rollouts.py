@@ -19,7 +19,7 @@ from trl import GRPOTrainer
 from agentfly_train.rollout import (
     InfrastructureFailureRate,
     Trajectory,
-    reward_error_notes,
+    failure_notes,
     row_images,
     summarize,
     training_rows,
@@ -65,6 +65,7 @@ class RolloutMixin:
         self._batch_rewards = [t.reward for t in trajectories]
         self._batch_excluded = [float(t.excluded) for t in trajectories]
         if mode == "train":
+            self._note_failures(trajectories)  # before the circuit breaker may stop the run
             self._stop_on_failing_infrastructure(trajectories)
         if self.agent.codec.images is not None:
             images = row_images(trajectories, self.agent.turn_rows)
@@ -110,7 +111,7 @@ class RolloutMixin:
         return [reward[key] for key in keys]
 
     def _record_rollout(self, mode: str, trajectories: Sequence[Trajectory], seconds: float) -> None:
-        self._note_reward_errors(trajectories)
+        self._note_failures(trajectories)
         stats = summarize(trajectories)
         env_seconds = stats.pop("env_seconds")
         metrics = self._metrics[mode]
@@ -123,9 +124,10 @@ class RolloutMixin:
         for name, value in self._remote_failures().items():
             metrics[name].append(value)
 
-    def _note_reward_errors(self, trajectories: Sequence[Trajectory]) -> None:
-        """Prints, on the main process, one line on stderr per reward failure message not printed before."""
-        notes = reward_error_notes(trajectories, self._reward_errors_noted)
+    def _note_failures(self, trajectories: Sequence[Trajectory]) -> None:
+        """Prints, on the main process, one line on stderr per reward or infrastructure failure message not printed
+        before."""
+        notes = failure_notes(trajectories, self._failures_noted)
         if self.accelerator.is_main_process:
             for note in notes:
                 print(note, file=sys.stderr)
@@ -163,7 +165,7 @@ class RolloutMixin:
             rows = self.val_rows[first : first + self.val_batch_size]
             trajectories += self.schedule.run(self, rows, self.agent.val_params)
         stats = summarize(trajectories)
-        self._note_reward_errors(trajectories)
+        self._note_failures(trajectories)
         stats.pop("env_seconds")
         stats["timing/s"] = time.perf_counter() - start
         stats.update(self._remote_failures())

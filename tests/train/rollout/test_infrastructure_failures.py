@@ -128,7 +128,11 @@ def test_the_run_stops_with_one_line_when_too_many_episodes_fail_and_resumes_onc
         "--no-progress",
     ]
     assert main(command) == 1
-    line = capfd.readouterr().err.strip().splitlines()[-1]
+    err = capfd.readouterr().err.strip().splitlines()
+    (note,) = [line for line in err if line.startswith("note: infrastructure failure: ")]  # once per message
+    assert note.startswith(f"note: infrastructure failure: reward flaky_judge: {DEAD_JUDGE}; ")
+    assert note.endswith(" attempt(s) replayed or left out of training (counted in rollout/infra_failures)")
+    line = err[-1]
     assert (
         line.startswith("error: ") and "of the episodes of step 2 met infrastructure failures after 1 retries" in line
     )

@@ -19,7 +19,7 @@ from agentfly_train.rollout import (
     RolloutBudgets,
     TemplateError,
     Trajectory,
-    reward_error_notes,
+    failure_notes,
     run_rollouts,
     run_rollouts_async,
     summarize,
@@ -288,11 +288,11 @@ def test_reward_failures_are_counted_and_noted_once_per_message():
     seen: set[str] = set()
     first = [failed(raised), failed(None), failed(raised), failed(nan)]
     assert summarize(first)["reward/errors"] == 3
-    assert reward_error_notes(first, seen) == [
+    assert failure_notes(first, seen) == [
         f"note: {raised}; 2 episode(s) scored 0 (counted in reward/errors)",
         f"note: {nan}; 1 episode(s) scored 0 (counted in reward/errors)",
     ]
-    assert reward_error_notes([failed(nan), failed(raised)], seen) == []
+    assert failure_notes([failed(nan), failed(raised)], seen) == []
     assert summarize([failed(None)])["reward/errors"] == 0
 
 
