@@ -93,7 +93,7 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         "tool_calls": trajectory.num_tool_calls,
         "messages": [_json_message(message) for message in trajectory.messages],
         "reward_components": trajectory.reward_components,
-        **({"infra_failure": trajectory.infra_failure} if trajectory.infra_failure is not None else {}),
+        **({"infra_failure": trajectory.infra_failure, "excluded": True} if trajectory.excluded else {}),
         **({"failed_attempts": trajectory.failed_attempts} if trajectory.failed_attempts else {}),
         "error_counts": {kind: count for kind, count in trajectory.error_counts.items() if count},
         "turn_calls": trajectory.turn_calls,

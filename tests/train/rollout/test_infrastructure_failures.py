@@ -3,6 +3,7 @@ of scoring and training when every attempt fails: in both rollout loops and in a
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -146,3 +147,69 @@ def test_the_run_stops_with_one_line_when_too_many_episodes_fail_and_resumes_onc
         record["step"] for record in MetricsFile(tmp_path / "metrics.jsonl").read() if "rollout/excluded" in record
     ]
     assert steps == [1, 2, 3]
+
+
+CHAOS = """
+import random
+
+import gymnasium as gym
+
+from agentfly_envs import InfrastructureError
+
+RATE = {rate}
+_faults = random.Random(0)
+
+
+def flaky_arith(**kwargs):
+    \"\"\"Arith-Calc whose calculator fails as a dead worker would, on a share RATE of its calls.\"\"\"
+    env = gym.make("agentfly/Arith-Calc", **kwargs).unwrapped
+    tool = env.tools["calculator"]
+    compute = tool.function
+
+    def calculator(*args, **kwargs):
+        if _faults.random() < RATE:
+            raise InfrastructureError("the calculator's worker died")
+        return compute(*args, **kwargs)
+
+    tool.function = calculator
+    return env
+
+
+gym.register("chaos/Arith-Calc", entry_point=flaky_arith)
+"""
+
+
+def test_a_run_whose_tool_calls_fail_completes_and_trains_no_episode_that_met_a_failure(warm_policy, tmp_path):
+    """A third of the calculator's calls fail as a dead worker would, during a real CLI run: the run completes, the
+    failures are counted, and every episode left with one is marked excluded in the saved samples."""
+    chaos = tmp_path / "chaos.py"
+    chaos.write_text(CHAOS.format(rate=0.3))
+    run_dir = tmp_path / "run"
+    command = [
+        "--config",
+        "quickstart",
+        *LEARNING_TASKS,
+        "agent.env=chaos/Arith-Calc",
+        f"agent.imports=[{chaos}]",
+        f"actor_rollout_ref.model.path={warm_policy}",
+        "sft.enable=false",
+        "data.train_batch_size=2",
+        "agent.num_chains=4",
+        "trainer.total_training_steps=3",
+        "trainer.log_train_generations=8",
+        "actor_rollout_ref.rollout.retries=1",
+        "actor_rollout_ref.rollout.max_infra_failure_rate=1.0",
+        f"trainer.default_local_dir={run_dir}",
+        "--no-progress",
+    ]
+    assert main(command) == 0
+    records = [r for r in MetricsFile(run_dir / "metrics.jsonl").read() if "rollout/infra_failures" in r]
+    assert [r["step"] for r in records] == [1, 2, 3] and sum(r["rollout/infra_failures"] for r in records) > 0
+    samples = [json.loads(line) for path in (run_dir / "train_samples").glob("*.jsonl") for line in path.open()]
+    failed = [sample for sample in samples if "infra_failure" in sample]
+    replayed = [sample for sample in samples if "failed_attempts" in sample]
+    assert failed or replayed
+    for sample in failed:
+        assert sample["excluded"] and sample["infra_failure"] == "tool calculator: the calculator's worker died"
+    for sample in samples:
+        assert "excluded" not in sample or "infra_failure" in sample
