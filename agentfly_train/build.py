@@ -28,6 +28,7 @@ from agentfly_train.generation.base import GENERATION_BACKENDS, SamplingParams
 from agentfly_train.rollout import AgentRollout, ChatCodec, RolloutBudgets
 from agentfly_train.run_claim import RunLock, claim_run_dir
 from agentfly_train.run_dir import REFERENCE_DIR, RUN_CONFIG_FILE, RunResult
+from agentfly_train.startup_episode import play_startup_episode
 from agentfly_train.tiny_policies import TINY_POLICIES
 
 ENV_VAL_SIZE = 256
@@ -76,31 +77,20 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
     Raises:
         ConfigError: the template cannot serve the run (one line naming ``agent.template`` or ``agent.agent_type``),
             or the task's prompt and the completion budget do not fit ``rollout.max_model_len``, or the env
-            shows screenshots to a model that cannot see them.
+            shows screenshots to a model that cannot see them, or the sample episode cannot be played
+            (:func:`~agentfly_train.startup_episode.play_startup_episode`).
     """
     from agentfly_train.chat_templates.choice import choose_codec
     from agentfly_train.models import policy_images
 
-    _, info = env.reset(options={"task": sample_task})
-    contract = env_contract(env)
-    parser = contract.parser
-    try:
-        actions = contract.golden_actions()
-    except AgentflyError:
-        actions = ["The answer is 42."]
-    if not any(parser.parse(action).calls for action in actions):  # the check needs a call and its result
-        actions = [*_probe_call(parser, info["tools"]), *actions]
-    steps = []
-    for action in actions:
-        _, _, terminated, truncated, step_info = env.step(action)
-        steps.append((action, [] if terminated or truncated else step_info["messages"]))
-        if terminated or truncated:
-            break
+    info, steps = play_startup_episode(
+        env, config.env_id, sample_task, config.actor_rollout_ref.rollout.env_step_timeout
+    )
     drop = config.agent.past_reasoning == "drop"
     codec = choose_codec(
         tokenizer,
         info["tools"],
-        parser,
+        env_contract(env).parser,
         config.agent.chat_template_kwargs,
         info["messages"],
         steps,
@@ -115,19 +105,6 @@ def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: d
             f"({prompt} tokens) and rollout.response_length={rollout.response_length}: raise max_model_len"
         )
     return codec
-
-
-def _probe_call(parser: Any, tools: list[dict[str, Any]]) -> list[Any]:
-    """A call of the first tool, with arguments of the types its schema asks for, in the parser's format."""
-    from agentfly_envs.parsers import ToolCall
-
-    if not tools:
-        return []
-    function = tools[0]["function"]
-    values = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
-    properties = function.get("parameters", {}).get("properties", {})
-    arguments = {name: values.get(spec.get("type"), "1") for name, spec in properties.items()}
-    return [parser.format_calls([ToolCall(function["name"], arguments)])]
 
 
 def make_env(config: TrainConfig, validation: bool = False) -> gym.Env:

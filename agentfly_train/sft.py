@@ -72,6 +72,7 @@ def golden_token_rows(
 
     Returns:
         Rows with ``input_ids`` (prompt + completion) and ``assistant_masks`` (1 on assistant tokens), in task order
+        (none of a demonstration that met an infrastructure failure)
         (a task's turns in order where each turn is a row); with a vision-language codec also ``images``, the
         row's images in the order of their placeholder tokens (PIL images).
     """
@@ -101,7 +102,8 @@ def golden_token_rows(
             trajectory.env_mask[span.start : span.end] = mask  # the demonstrator's choice of the trained tokens
             if not going:
                 break
-        rows += _demonstration_rows(trajectory, per_turn, codec.images is not None)
+        if not trajectory.excluded:  # a demonstration cut short by an infrastructure failure teaches nothing
+            rows += _demonstration_rows(trajectory, per_turn, codec.images is not None)
     return rows
 
 

@@ -17,7 +17,9 @@ A server that stops answering (a dead process, a closed connection, a step past 
 turn, ends the episode with an ``Error:`` observation (truncated, ``info["remote_failure"]``: ``server_lost`` or
 ``refused``, and ``info["infra_failure"]``), as a lost Ray actor does; the next reset opens a new session. An
 infrastructure failure of the served env itself comes through in its step's ``info["infra_failure"]``. A reset that
-fails twice raises :class:`~agentfly_envs.runtime.RemoteEnvError` with the server's message.
+fails twice raises :class:`~agentfly_envs.runtime.RemoteEnvError` with the server's message. A pool's
+``check_health()`` pings the server's ``/health`` (:attr:`HTTPEnv.health_url`) between batches and counts it in
+``servers_down`` when it does not answer: the server is the user's to restart.
 
 Needs ``websockets`` (in the ``openenv`` extra).
 """
@@ -90,6 +92,10 @@ class HTTPEnv(gym.Env[str, Action]):
         timeout: Seconds a reset or step may take (opening the session at the first reset included).
         connect_timeout: Seconds to reach the server (its description, and each session's connection).
 
+    Attributes:
+        health_url: The server's ``/health``, which a pool's ``check_health()`` pings
+            (:func:`~agentfly_envs.runtime.failures.servers_down`).
+
     Raises:
         RemoteEnvError: the server cannot be reached, or its action schema has no place for text.
         ValueError: ``parser`` is not the served env's.
@@ -117,6 +123,7 @@ class HTTPEnv(gym.Env[str, Action]):
         self._connect = connect
         self.url = url.rstrip("/")
         self.http_url = self.url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
+        self.health_url = self.http_url + "/health"
         self.max_turns = max_turns
         self.timeout = timeout
         self.connect_timeout = connect_timeout

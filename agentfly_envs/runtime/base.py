@@ -47,6 +47,16 @@ class EnvPool(Protocol):
         """Env calls lost since the last call (timeouts, dead hosts), by kind (``FAILURE_KINDS``)."""
         ...
 
+    def check_health(self) -> dict[str, int]:
+        """Pings every host the envs use, in a few seconds at most, and replaces the dead ones, so that no episode
+        meets them: an env on a replaced host starts its next ``reset`` on the new one. Call it between batches.
+
+        Returns:
+            ``{"restarted": hosts replaced, "servers_down": servers of the envs that do not answer}`` (a server is
+            not ours to restart: its episodes are lost as before).
+        """
+        ...
+
     def close(self) -> None:
         """Closes every env and frees what hosts them."""
         ...

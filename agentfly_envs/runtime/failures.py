@@ -5,17 +5,27 @@ A step that runs past the pool's ``step_timeout`` (any runtime), or finds its Ra
 ``info["remote_failure"]`` (one of :data:`FAILURE_KINDS`) and ``info["infra_failure"]`` (what happened, one line:
 an infrastructure failure, as a :class:`~agentfly_envs.core.ToolEnv` reports one of its own). The pool counts it
 (:class:`FailureCounts`) and the env's next ``reset`` starts on a fresh env; the stuck one is never used again.
+
+A pool's ``check_health()``, called before a batch of episodes, finds dead hosts before an episode meets them: it
+replaces a Ray actor that does not answer, and counts the servers of the envs (:func:`servers_down`) that do not.
 """
 
 from __future__ import annotations
 
+import http.client
 import threading
+import urllib.request
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import gymnasium as gym
 
 FAILURE_KINDS = ("actor_died", "timeout")
 """Keys of a pool's ``pop_failures()``: the Ray actor hosting the env died, or a step ran past the timeout."""
+SERVER_PING_TIMEOUT_S = 2.0
+"""How long a server's ``health_url`` may take to answer a health check."""
 
 
 class WorkerLost(Exception):
@@ -67,8 +77,9 @@ def lost_episode(
         truncation_reward: The env's reward of a truncated episode.
 
     Returns:
-        ``(observation, truncation_reward, False, True, info)`` with ``info["remote_failure"] = lost.kind`` and
-        ``info["infra_failure"]``: the observation without its ``Error: ``.
+        ``(observation, truncation_reward, False, True, info)`` with ``info["remote_failure"] = lost.kind``,
+        ``info["infra_failure"]``: the observation without its ``Error: ``, and ``info["stuck_tool"]``: the tool that
+        was running when the step timed out (``None`` when not known or not a timeout).
 
     Example:
         >>> lost_episode(WorkerLost("timeout", "python_executor"), 2.0, {}, 0.0)[0]
@@ -92,5 +103,35 @@ def lost_episode(
         "reward_components": {},
         "remote_failure": lost.kind,
         "infra_failure": text.removeprefix("Error: "),
+        "stuck_tool": lost.tool,
     }
     return text, float(truncation_reward), False, True, info
+
+
+def servers_down(envs: Iterable[gym.Env]) -> set[str]:
+    """The ``health_url`` of every server ``envs`` play on that does not answer, each pinged once, concurrently.
+
+    An env that plays on a server (``agentfly/Remote``) has a ``health_url`` attribute: a URL that answers ``GET``
+    while the server is up. Envs without one are skipped.
+
+    Args:
+        envs: Envs, wrapped or not.
+
+    Returns:
+        The URLs that did not answer within :data:`SERVER_PING_TIMEOUT_S` seconds.
+    """
+    urls = {url for env in envs if (url := getattr(env.unwrapped, "health_url", None))}
+    if not urls:
+        return set()
+    with ThreadPoolExecutor(max_workers=len(urls), thread_name_prefix="health") as threads:
+        answers = dict(zip(urls, threads.map(_answers, urls), strict=True))
+    return {url for url, answered in answers.items() if not answered}
+
+
+def _answers(url: str) -> bool:
+    """Whether ``GET url`` succeeds within :data:`SERVER_PING_TIMEOUT_S` seconds."""
+    try:
+        with urllib.request.urlopen(url, timeout=SERVER_PING_TIMEOUT_S):
+            return True
+    except (OSError, ValueError, http.client.HTTPException):
+        return False

@@ -12,7 +12,7 @@ from gymnasium.error import ResetNeeded
 
 from agentfly_envs.contract import truncation_reward
 from agentfly_envs.runtime.base import ENV_RUNTIMES, PoolSettings
-from agentfly_envs.runtime.failures import FailureCounts, WorkerLost, lost_episode
+from agentfly_envs.runtime.failures import FailureCounts, WorkerLost, lost_episode, servers_down
 from agentfly_envs.runtime.remote import RemoteEnvError
 
 T = TypeVar("T")
@@ -77,13 +77,20 @@ class LocalEnvPool:
         """Resets and steps lost to the timeout since the last call, by kind (only ``timeout`` occurs here)."""
         return self._failures.pop()
 
+    def check_health(self) -> dict[str, int]:
+        """Nothing to restart in this process; counts the servers of its ``agentfly/Remote`` envs that do not
+        answer (:func:`~agentfly_envs.runtime.failures.servers_down`)."""
+        return {"restarted": 0, "servers_down": len(servers_down(self.envs))}
+
     def close(self) -> None:
         """Closes every env (a stuck one is not waited for)."""
         for env in self.envs:
             env.close()
         self.envs.clear()
 
-    def _make(self) -> gym.Env:
+    def make_env(self) -> gym.Env:
+        """A new env of the pool's id and kwargs, for a slot (at its first :meth:`take`, or in place of a stuck one);
+        a subclass may hand out envs made otherwise."""
         return gym.make(self.env_id, disable_env_checker=True, **self.env_kwargs)
 
 
@@ -92,7 +99,7 @@ class TimedEnv(gym.Wrapper):
     :meth:`LocalEnvPool.take`); a lost step returns the :func:`~agentfly_envs.runtime.failures.lost_episode` step."""
 
     def __init__(self, pool: LocalEnvPool, slot: int) -> None:
-        super().__init__(pool._make())
+        super().__init__(pool.make_env())
         self._pool = pool
         self._slot = slot
         self._lost = False  # the wrapped env is stuck in a thread; reset replaces it
@@ -106,7 +113,7 @@ class TimedEnv(gym.Wrapper):
         """
         for _ in range(2):
             if self._lost:
-                self.env, self._lost = self._pool._make(), False
+                self.env, self._lost = self._pool.make_env(), False
             try:
                 observation, info = self._call(self.env.reset, seed=seed, options=options)
             except WorkerLost:

@@ -11,7 +11,8 @@ its actor dead, or runs longer than ``step_timeout`` seconds, it returns an ``Er
 episode (reward: the env's ``truncation_reward``, ``info["remote_failure"]``: ``actor_died`` or ``timeout``); the
 pool counts the failure (:meth:`RayEnvPool.pop_failures`) and replaces the actor (killing what is left of it), so
 the next ``reset`` starts on a fresh one. The other envs of a lost actor lose their episodes the same way at their
-next step.
+next step. :meth:`RayEnvPool.check_health`, between batches, finds dead actors before any step does: it replaces
+them, and their envs start their next episode on the new actor, none lost.
 
 Ray is imported when a pool is built, not with this module.
 """
@@ -19,6 +20,7 @@ Ray is imported when a pool is built, not with this module.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, ClassVar, SupportsFloat
 
@@ -27,7 +29,7 @@ from gymnasium.error import ResetNeeded
 
 from agentfly_envs.contract import truncation_reward
 from agentfly_envs.runtime.base import ENV_RUNTIMES, PoolSettings
-from agentfly_envs.runtime.failures import FailureCounts, WorkerLost, lost_episode
+from agentfly_envs.runtime.failures import SERVER_PING_TIMEOUT_S, FailureCounts, WorkerLost, lost_episode, servers_down
 from agentfly_envs.user_code import UserCode
 
 INSTALL_HINT = 'needs Ray (the "ray" extra): pip install "agentfly-rl[ray]", or pip install "ray>=2.40"'
@@ -37,6 +39,8 @@ START_TIMEOUT_S = 120.0
 """How long building an env may take, its actor's start included (a new process importing the env's modules)."""
 CLOSE_TIMEOUT_S = 10.0
 """How long :meth:`RayEnvPool.close` waits for the actors to close their envs before killing them."""
+PING_TIMEOUT_S = SERVER_PING_TIMEOUT_S + 3.0
+"""How long a started actor may take to answer a health check (which pings its envs' servers meanwhile)."""
 
 
 def ray_available() -> bool:
@@ -66,6 +70,11 @@ class _EnvHost:
 
     def ready(self) -> bool:
         return True
+
+    def ping(self) -> list[str]:
+        """The health check's ping: the servers of this actor's envs that do not answer
+        (:func:`~agentfly_envs.runtime.failures.servers_down`)."""
+        return sorted(servers_down(list(self.envs.values())))  # a copy: make() may add envs meanwhile
 
     def make(self, slot: int) -> dict[str, Any]:
         """Builds env ``slot``; returns what its proxy exposes (spaces, metadata, truncation reward)."""
@@ -124,6 +133,8 @@ class RemoteEnv(gym.Env):
             RemoteEnvError: the actor was lost twice in a row.
         """
         super().reset(seed=seed)
+        if self._actor is not None and self._actor is not self._pool._current(self._worker):
+            self._actor = None  # replaced since (a health check, another env's loss): its env went with it
         kind = ""
         for _ in range(2):
             try:
@@ -279,6 +290,7 @@ class RayEnvPool:
         self._lock = threading.Lock()
         self._failures = FailureCounts()
         self._workers = [self._spawn() for _ in range(num_workers)]
+        self._started = [True] * num_workers  # False: a replacement that has not answered yet (it may be starting)
         self.envs: list[RemoteEnv] = []
         self._wait_started()
 
@@ -318,6 +330,31 @@ class RayEnvPool:
     def pop_failures(self) -> dict[str, int]:
         """Failed remote calls since the last call, by kind (:data:`~agentfly_envs.runtime.failures.FAILURE_KINDS`)."""
         return self._failures.pop()
+
+    def check_health(self) -> dict[str, int]:
+        """Pings every actor at once and replaces those dead or silent past :data:`PING_TIMEOUT_S` (a replacement
+        not started yet: :data:`START_TIMEOUT_S`); the actors ping their envs' servers meanwhile.
+
+        Returns:
+            ``{"restarted": actors replaced, "servers_down": servers of the envs that did not answer}``.
+        """
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        with self._lock:
+            actors, started = list(self._workers), list(self._started)
+        pings = [actor.ping.remote() for actor in actors]
+        sent = time.monotonic()
+        restarted, down = 0, set()
+        for worker, (actor, ping) in enumerate(zip(actors, pings, strict=True)):
+            limit = PING_TIMEOUT_S if started[worker] else START_TIMEOUT_S
+            try:
+                down.update(ray.get(ping, timeout=max(sent + limit - time.monotonic(), 0.0)))
+            except (GetTimeoutError, RayActorError):
+                restarted += self._replace(worker, actor)
+            else:
+                self._answered(worker, actor)
+        return {"restarted": restarted, "servers_down": len(down)}
 
     def close(self) -> None:
         """Closes the envs, stops the actors, and shuts Ray down if this pool started it."""
@@ -360,10 +397,23 @@ class RayEnvPool:
 
     def _lost(self, worker: int, actor: Any, kind: str) -> None:
         """Counts a failed call and replaces its actor, unless another env's failure already did."""
+        self._failures.add(kind)
+        self._replace(worker, actor)
+
+    def _replace(self, worker: int, actor: Any) -> bool:
+        """Kills ``actor`` and starts another in its place, unless it was replaced already; whether this call did."""
         import ray
 
         with self._lock:
-            self._failures.add(kind)
+            if not self._workers or self._workers[worker] is not actor:
+                return False
+            ray.kill(actor)  # stuck (timeout) or unreachable: it must not keep its reservation
+            self._workers[worker] = self._spawn()
+            self._started[worker] = False
+            return True
+
+    def _answered(self, worker: int, actor: Any) -> None:
+        """Marks ``worker``'s actor started, if it is still ``actor``."""
+        with self._lock:
             if self._workers and self._workers[worker] is actor:
-                ray.kill(actor)  # stuck (timeout) or unreachable: it must not keep its reservation
-                self._workers[worker] = self._spawn()
+                self._started[worker] = True

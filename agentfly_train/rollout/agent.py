@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentfly_envs.runtime import EnvPool
@@ -31,6 +32,8 @@ class AgentRollout:
         retries: Replays of an episode that ends on an infrastructure failure (``rollout.retries``).
         max_infra_failure_rate: The share of a training step's episodes that may be excluded for infrastructure
             failures before the run stops (``rollout.max_infra_failure_rate``).
+        health: The pool's health-check counts summed over the batches run since the trainer last took them
+            (``restarted`` hosts, ``servers_down``; see :meth:`run`).
     """
 
     pool: EnvPool
@@ -42,6 +45,7 @@ class AgentRollout:
     async_episodes: bool = False
     retries: int = 0
     max_infra_failure_rate: float = 1.0
+    health: Counter[str] = field(default_factory=Counter)
 
     @property
     def turn_rows(self) -> int | None:
@@ -57,11 +61,17 @@ class AgentRollout:
         params: SamplingParams,
         timing: EngineTime | None = None,
     ) -> list[Trajectory]:
-        """Episodes for ``tasks`` (one env each), run to the end; ``timing`` accumulates the engine's busy and
-        idle time."""
+        """Episodes for ``tasks`` (one env each), run to the end, after the pool's health check (:meth:`check_health`);
+        ``timing`` accumulates the engine's busy and idle time."""
+        self.check_health()
         envs = self.pool.take(len(tasks))
         loop = run_rollouts_async if self.async_episodes and backend.streams else run_rollouts
         return loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries)
+
+    def check_health(self) -> None:
+        """The pool's health check: dead hosts replaced before an episode meets them, its counts added to
+        :attr:`health`."""
+        self.health.update(self.pool.check_health())
 
     def evaluate(
         self, backend: GenerationBackend, rows: Sequence[Mapping[str, Any]], batch_size: int

@@ -133,9 +133,15 @@ class RolloutMixin:
                 print(note, file=sys.stderr)
 
     def _remote_failures(self) -> dict[str, float]:
-        """``env/remote_failures``: env resets and steps lost to a timeout (any runtime) or a dead Ray actor since
-        the last call."""
-        return {"env/remote_failures": sum(self.agent.pool.pop_failures().values())}
+        """Since the last call: ``env/remote_failures``, env resets and steps lost to a timeout (any runtime) or a
+        dead Ray actor; ``env/health_restarts``, env hosts the health checks before each batch found dead and
+        replaced; ``env/servers_down``, env servers they found down (summed over the checks)."""
+        health, self.agent.health = self.agent.health, Counter()
+        return {
+            "env/remote_failures": sum(self.agent.pool.pop_failures().values()),
+            "env/health_restarts": health["restarted"],
+            "env/servers_down": health["servers_down"],
+        }
 
     def _save_train_samples(self, trajectories: Sequence[Trajectory]) -> None:
         """Appends up to ``log_train_generations`` episodes of the coming step to ``train_samples/step_<N>.jsonl``

@@ -359,6 +359,7 @@ class AsyncSchedule(RolloutSchedule):
         those whose oldest token is more than ``max_staleness`` versions old. ``tasks`` are not played: the generator
         draws its own prompts (:class:`PromptSource`)."""
         self._bind(trainer)
+        trainer.port.agent.check_health()  # the generator's envs too: a dead host replaced before its next reset
         self._sync_if_due()
         version, wanted = self.version(), len(tasks) // self.chains
         waited, taken, staleness = time.perf_counter(), {}, []

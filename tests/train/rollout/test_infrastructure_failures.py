@@ -4,6 +4,7 @@ of scoring and training when every attempt fails: in both rollout loops and in a
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,8 +19,12 @@ from agentfly_train.callbacks import MetricsFile
 from agentfly_train.generation import SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts, run_rollouts_async, summarize, training_rows
 from agentfly_train.rollout.stream import BatchedRequests
+from tests.helpers.paths import REPO_ROOT
 from tests.helpers.runs import LEARNING_TASKS
 from tests.helpers.scripted import ScriptedPolicy, golden_scripts
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+from infra_failures import CHAOS
 
 ENV_ID = "agentfly/Arith-Calc"
 BUDGETS = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=1024)
@@ -149,41 +154,11 @@ def test_the_run_stops_with_one_line_when_too_many_episodes_fail_and_resumes_onc
     assert steps == [1, 2, 3]
 
 
-CHAOS = """
-import random
-
-import gymnasium as gym
-
-from agentfly_envs import InfrastructureError
-
-RATE = {rate}
-_faults = random.Random(0)
-
-
-def flaky_arith(**kwargs):
-    \"\"\"Arith-Calc whose calculator fails as a dead worker would, on a share RATE of its calls.\"\"\"
-    env = gym.make("agentfly/Arith-Calc", **kwargs).unwrapped
-    tool = env.tools["calculator"]
-    compute = tool.function
-
-    def calculator(*args, **kwargs):
-        if _faults.random() < RATE:
-            raise InfrastructureError("the calculator's worker died")
-        return compute(*args, **kwargs)
-
-    tool.function = calculator
-    return env
-
-
-gym.register("chaos/Arith-Calc", entry_point=flaky_arith)
-"""
-
-
 def test_a_run_whose_tool_calls_fail_completes_and_trains_no_episode_that_met_a_failure(warm_policy, tmp_path):
     """A third of the calculator's calls fail as a dead worker would, during a real CLI run: the run completes, the
     failures are counted, and every episode left with one is marked excluded in the saved samples."""
     chaos = tmp_path / "chaos.py"
-    chaos.write_text(CHAOS.format(rate=0.3))
+    chaos.write_text(CHAOS.format(rate=0.3, failure="InfrastructureError"))  # the benchmark's chaos env
     run_dir = tmp_path / "run"
     command = [
         "--config",

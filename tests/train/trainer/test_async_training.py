@@ -18,7 +18,7 @@ from agentfly_envs.rewards import REWARDS
 from agentfly_envs.runtime import LocalEnvPool
 from agentfly_train.config import AsyncTrainingConfig, ConfigError
 from agentfly_train.generation import SamplingParams
-from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts
+from agentfly_train.rollout import AgentRollout, ChatCodec, RolloutBudgets, run_rollouts
 from agentfly_train.rollout.stream import BatchedRequests, EpisodeStream
 from agentfly_train.trainer.schedules import AsyncSchedule
 from tests.helpers.processes import noise_lines, run_cli
@@ -111,13 +111,13 @@ def _schedule_and_trainer(
     policy.streams, policy.has_own_weights = False, own_weights  # with its own weights: a generator thread
     settings = AsyncTrainingConfig(enable=True, staleness_threshold=staleness_threshold, max_staleness=max_staleness)
     schedule = AsyncSchedule(settings, rows, prompts_per_step=1, shuffle=False)
-    agent = SimpleNamespace(
+    agent = AgentRollout(
         pool=LocalEnvPool(ENV_ID, {"level": "easy", "max_turns": 4}),
         codec=codec,
         budgets=BUDGETS,
-        executor=executor,
         train_params=SamplingParams(),
-        retries=0,
+        val_params=SamplingParams(),
+        executor=executor,
     )
     trainer = _Trainer(
         accelerator=SimpleNamespace(num_processes=1, process_index=0),
