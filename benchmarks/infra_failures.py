@@ -21,29 +21,30 @@ from pathlib import Path
 from learning_spread import run_seed
 
 CHAOS = """
+import functools
 import random
 
 import gymnasium as gym
 
 from agentfly_envs import InfrastructureError
-from agentfly_envs.tools import ToolError
+from agentfly_envs.tools import Tool, ToolError
 
 RATE, FAILURE = {rate}, {failure}
 _faults = random.Random(0)
 
 
 def chaos_arith(**kwargs):
-    \"\"\"Arith-Calc whose calculator fails on a share RATE of its calls.\"\"\"
+    \"\"\"Arith-Calc whose calculator (a tool of this env only) fails on a share RATE of its calls.\"\"\"
     env = gym.make("agentfly/Arith-Calc", **kwargs).unwrapped
-    tool = env.tools["calculator"]
-    compute = tool.function
+    compute = env.tools["calculator"].function
 
+    @functools.wraps(compute)
     def calculator(*args, **kwargs):
         if _faults.random() < RATE:
             raise FAILURE("the calculator's worker died")
         return compute(*args, **kwargs)
 
-    tool.function = calculator
+    env.tools["calculator"] = Tool(calculator, name="calculator")
     return env
 
 
