@@ -70,12 +70,15 @@ def run_call(
         cpu_budget = cpu_seconds(process.pid) + limits.cpu_s + GRACE_S
         reply, detail = _await_reply(process, request["id"], time.monotonic() + timeout_s + GRACE_S, cpu_budget)
     threads = threads_left(process.pid) if reply.answered else 0
+    processes = processes_left(process.pid) if reply.answered else 0
     seconds = time.monotonic() - start
     output = read_output(process.output_fd, limits.output_bytes)
     os.ftruncate(process.output_fd, 0)  # hold no output memory between calls
     execution = classify(reply, detail, output, file_bytes=limits.file_bytes, timeout_s=timeout_s, seconds=seconds)
-    if threads:
-        reason = f"{threads} thread{'s' * (threads > 1)} the code started still ran at the end of the call"
+    counts = ((threads, "thread", "threads"), (processes, "process", "processes"))
+    left = [f"{count} {one if count == 1 else many}" for count, one, many in counts if count]
+    if left:
+        reason = f"{' and '.join(left)} the code started still ran at the end of the call"
         execution = dataclasses.replace(execution, restarted=True, restart_reason=reason)
     return execution
 
@@ -125,6 +128,24 @@ def cpu_seconds(pid: int) -> float:
     except FileNotFoundError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime + stime
+
+
+def processes_left(pid: int) -> int:
+    """How many child processes the session's interpreter ``pid`` still has after a call, read from the host's
+    ``/proc`` (the sweep that ends them runs inside the session, where the code could switch it off; a process whose
+    parent died is the interpreter's child, as pid 1 of its namespace); 0 if the interpreter is gone."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return 0
+    children: set[str] = set()
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as file:
+                children.update(file.read().split())
+        except FileNotFoundError:  # a thread that just ended
+            continue
+    return len(children)
 
 
 def threads_left(pid: int) -> int:

@@ -257,6 +257,24 @@ def test_a_thread_left_running_replaces_the_interpreter(pool):
         assert not joined.restarted, joined  # a thread that finished is fine
 
 
+def test_a_process_left_running_with_the_sweep_switched_off_replaces_the_interpreter(pool):
+    """The end-of-call sweep runs inside the session, where code can switch it off; the pool counts the processes
+    left from the host and replaces the interpreter, whose namespace takes them along."""
+    code = textwrap.dedent("""
+        import gc, subprocess, sys
+        sweeper = next(o for o in gc.get_objects() if hasattr(type(o), "_execute") and hasattr(o, "sweep"))
+        sweeper.sweep = False
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    """)
+    with pool.session() as session:
+        left = session.run(code)
+        assert left.status is ExecStatus.OK and left.restarted, left
+        assert left.restart_reason == "1 process the code started still ran at the end of the call", left
+        assert session.run("import os; print(os.getpid())").output == "1\n"  # a fresh interpreter, pid 1 again
+        finished = session.run("import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'])")
+        assert not finished.restarted, finished  # a process that ended (and was reaped) is fine
+
+
 FORGER = textwrap.dedent("""
     import json, os, socket, struct, threading
 
