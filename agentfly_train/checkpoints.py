@@ -143,9 +143,16 @@ def publish(staged: Path, final: Path) -> None:
 
 
 def remove_leftovers(run_dir: str | Path) -> None:
-    """Deletes the staging directories (``checkpoint-K.tmp``) that a kill during a save left in ``run_dir``."""
-    for path in Path(run_dir).glob(f"{PREFIX}-*{STAGING_SUFFIX}"):
+    """Deletes what a kill during a write left in ``run_dir``: the staging directories of checkpoints
+    (``checkpoint-K.tmp``), and the files written beside their final names and renamed over them (``*.tmp``: the
+    report, ``metrics.jsonl``, sample screenshots), in the run directory and one level below it."""
+    run_dir = Path(run_dir)
+    for path in run_dir.glob(f"{PREFIX}-*{STAGING_SUFFIX}"):
         shutil.rmtree(path, ignore_errors=True)
+    for pattern in (f"*{STAGING_SUFFIX}", f"*/*{STAGING_SUFFIX}"):  # pathlib's * matches names starting with . too
+        for path in run_dir.glob(pattern):
+            if path.is_file():
+                path.unlink(missing_ok=True)
 
 
 def newest_complete(run_dir: str | Path, check_contents: bool = True) -> tuple[Path | None, list[tuple[Path, str]]]:

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from agentfly_train.checkpoints import checkpoint_problem, prune, publish, resume_checkpoint, staging_dir
+from agentfly_train.checkpoints import (
+    checkpoint_problem,
+    prune,
+    publish,
+    remove_leftovers,
+    resume_checkpoint,
+    staging_dir,
+)
 from agentfly_train.config import ConfigError
 from tests.helpers.runs import quickstart_config
 
@@ -152,3 +159,15 @@ def test_the_ctrl_c_line_says_what_rerunning_the_same_command_does(tmp_path):
     _checkpoint(tmp_path, 2)
     (tmp_path / "checkpoint-3").mkdir()  # incomplete
     assert _interrupted(config, argv, 4) == f"interrupted at step 4; {rerun} to resume from checkpoint-2"
+
+
+def test_a_run_starts_by_deleting_the_files_a_kill_left_half_written(tmp_path):
+    """The report, metrics.jsonl and sample screenshots are written beside their names and renamed over them; a
+    kill between the two leaves the ``.tmp`` file, which the next start deletes (and nothing else)."""
+    leftovers = [".report.html.17009.tmp", "metrics.jsonl.tmp", "train_samples/.3f2a.123.tmp"]
+    kept = ["report.html", "metrics.jsonl", "train_samples/step_000001.jsonl", "checkpoint-2/model.safetensors"]
+    for name in [*leftovers, *kept]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    remove_leftovers(tmp_path)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == sorted(kept)
