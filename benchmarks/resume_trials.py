@@ -56,19 +56,9 @@ from agentfly_train.checkpoints import (
 from agentfly_train.run_dir import FINAL_DIR, METRICS_FILE, RESULT_FILE, parse_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SMALL_RUN = (
-    "agent.env_kwargs.level=single",
-    "agent.num_chains=2",
-    "agent.max_tokens_per_turn=16",
-    "data.train_batch_size=2",
-    "data.val_size=0",
-    "actor_rollout_ref.rollout.response_length=64",
-    "actor_rollout_ref.model.tiny_hidden_size=32",
-    "actor_rollout_ref.actor.optim.lr=1e-3",
-    "sft.enable=false",
-    "trainer.save_freq=1",
-)
-"""The overrides of ``tests/train/trainer/test_resume.py``'s runs: the quickstart job at its smallest."""
+sys.path.insert(0, str(REPO_ROOT))  # the repository root: the small run the resume tests use
+from tests.helpers.runs import SMALL_RUN  # noqa: E402
+
 SCHEDULES = {"sync": (), "async": ("async_training.enable=true",)}
 """The rollout schedules a trial may run, by name: their overrides."""
 WINDOWS = ("run", "after-checkpoint", "save")

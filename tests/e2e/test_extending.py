@@ -16,6 +16,7 @@ import pytest
 from agentfly_envs import PARSERS, REWARDS, TASKS, TOOLS
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.readme import readme_command, runs_readme_command
+from tests.helpers.runs import TINY_RUN
 
 EXAMPLES = REPO_ROOT / "examples" / "extending"
 
@@ -146,20 +147,6 @@ def test_a_new_estimator_computes_its_advantages(restored_registries):
                 "actor_rollout_ref.model.path=agentfly:tiny",
             ]
         )
-
-
-TINY_RUN = [
-    "actor_rollout_ref.model.tiny_hidden_size=32",
-    "sft.steps=2",
-    "sft.num_demos=4",
-    "data.train_batch_size=4",
-    "agent.num_chains=2",
-    "agent.max_tokens_per_turn=16",
-    "actor_rollout_ref.rollout.response_length=64",
-    "data.val_size=2",
-    "trainer.total_training_steps=1",
-]
-"""One RL step of the tiny quickstart: 8 episodes per step, 2 validation tasks."""
 
 
 def run_tiny(readme: str, run_dir) -> dict:

@@ -113,3 +113,32 @@ def warm_start_policy(steps: int, num_tasks: int, guess_fraction: float, directo
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+TINY_RUN = (
+    "actor_rollout_ref.model.tiny_hidden_size=32",
+    "sft.steps=2",
+    "sft.num_demos=4",
+    "data.train_batch_size=4",
+    "agent.num_chains=2",
+    "agent.max_tokens_per_turn=16",
+    "actor_rollout_ref.rollout.response_length=64",
+    "data.val_size=2",
+    "trainer.total_training_steps=1",
+)
+"""One RL step of the tiny quickstart (after a 2-step warm start), for tests of what a run does, not of learning."""
+
+SMALL_RUN = (
+    "agent.env_kwargs.level=single",
+    "agent.num_chains=2",
+    "agent.max_tokens_per_turn=16",
+    "data.train_batch_size=2",
+    "data.val_size=0",
+    "actor_rollout_ref.rollout.response_length=64",
+    "actor_rollout_ref.model.tiny_hidden_size=32",
+    "actor_rollout_ref.actor.optim.lr=1e-3",
+    "sft.enable=false",
+    "trainer.save_freq=1",
+)
+"""A small quickstart run with a checkpoint after every step and no warm start or validation (the kill and resume
+tests; add ``trainer.total_training_steps``)."""

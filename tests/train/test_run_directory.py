@@ -26,20 +26,8 @@ from agentfly_train.run_claim import (
 )
 from agentfly_train.run_dir import LOCK_FILE
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.runs import quickstart_config
+from tests.helpers.runs import TINY_RUN, quickstart_config
 
-TINY_RUN = (
-    "actor_rollout_ref.model.tiny_hidden_size=32",
-    "sft.steps=2",
-    "sft.num_demos=4",
-    "data.train_batch_size=4",
-    "agent.num_chains=2",
-    "agent.max_tokens_per_turn=16",
-    "actor_rollout_ref.rollout.response_length=64",
-    "data.val_size=2",
-    "trainer.total_training_steps=1",
-)
-"""One RL step of the tiny quickstart."""
 HOLD_LOCK = (
     "import sys; from pathlib import Path; from agentfly_train.run_claim import lock_run_dir; "
     "lock = lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); sys.stdin.read()"

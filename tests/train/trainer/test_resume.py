@@ -18,23 +18,12 @@ import pytest
 from agentfly_train.checkpoints import checkpoint_problem, staging_dir
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import run_cli
+from tests.helpers.runs import SMALL_RUN as SMALL_CHECKPOINTED_RUN
 
 pytestmark = pytest.mark.slow
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
-SMALL_RUN = [
-    "agent.env_kwargs.level=single",
-    "agent.num_chains=2",
-    "agent.max_tokens_per_turn=16",
-    "data.train_batch_size=2",
-    "data.val_size=0",
-    "actor_rollout_ref.rollout.response_length=64",
-    "actor_rollout_ref.model.tiny_hidden_size=32",
-    "actor_rollout_ref.actor.optim.lr=1e-3",
-    "sft.enable=false",
-    "trainer.total_training_steps=4",
-    "trainer.save_freq=1",
-]
+SMALL_RUN = [*SMALL_CHECKPOINTED_RUN, "trainer.total_training_steps=4"]
 
 
 def _command(run_dir: Path, *extra: str) -> list[str]:
