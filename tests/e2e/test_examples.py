@@ -344,6 +344,29 @@ def test_the_learning_spread_benchmark(readme, tmp_path):
 
 
 @pytest.mark.slow
+@runs_readme_command(
+    "python benchmarks/infra_failures.py --rates 0 0.1 0.3 --out benchmarks/results/infra_failures.json"
+)
+def test_the_infrastructure_failures_benchmark(readme, tmp_path):
+    """The command runs the quickstart with calculator failures left out and scored, and reports what it measured
+    (2 steps; the docs' table gives the whole job)."""
+    pytest.importorskip("trl", reason=NEEDS_TRAIN_EXTRA)
+    out = tmp_path / "infra.json"
+    sizes = ["trainer.total_training_steps=2", "sft.steps=2", "sft.num_demos=16", "data.val_size=4"]
+    command = readme_command(readme, {"--rates": "0.3", "--out": str(out)}, add=sizes)
+    done = run_cli(command.argv, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [(run["rate"], run["mode"]) for run in runs] == [(0.3, "infra"), (0.3, "scored")]
+    infra, scored = runs
+    # scored: the agent's errors, as before (2 warm-start steps seldom call the tool: the failures themselves are
+    # counted in tests/train/rollout/test_infrastructure_failures.py)
+    assert scored["infra_failures"] == scored["excluded"] == 0 and infra["excluded"] <= infra["infra_failures"]
+    for run in runs:
+        assert f"{run['rate']:>5.2f} {run['mode']:>7} {run['before']:>11.3f} {run['after']:>10.3f}" in done.stdout
+
+
+@pytest.mark.slow
 def test_vllm_step_cost_benchmark():
     skip_without_vllm()
     out = run_script("benchmarks/vllm_step_cost.py", "--sizes", "2", "8", "--new-tokens", "4", "--repeats", "1")
