@@ -86,6 +86,8 @@ def golden_token_rows(
     rows = []
     for index, task in enumerate(tasks):
         trajectory = start_episode(env, task, codec, max_images)
+        if trajectory.excluded:  # its reset met an infrastructure failure
+            continue
         guess = None
         if index in guessed and answers[index] is not None:
             if wrong_guesses:

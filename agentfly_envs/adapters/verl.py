@@ -26,6 +26,7 @@ This module imports verl (and so torch); ``agentfly_envs`` itself never imports 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +35,7 @@ from uuid import uuid4
 import gymnasium as gym
 
 from agentfly_envs.contract import truncation_reward
+from agentfly_envs.errors import InfrastructureError, one_line
 
 try:
     from omegaconf import OmegaConf
@@ -59,9 +61,12 @@ class AgentflyAgentLoop(AgentLoopBase):
         *args, **kwargs: What verl passes every agent loop (its config, the LLM server, the tokenizer...).
     """
 
-    def __init__(self, *args: Any, env_id: str, env_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, env_id: str, env_kwargs: Mapping[str, Any] | None = None, retries: int = 2, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.env_id = env_id
+        self.retries = retries
         self.env_kwargs = (
             OmegaConf.to_container(env_kwargs) if OmegaConf.is_config(env_kwargs) else dict(env_kwargs or {})
         )
@@ -76,16 +81,42 @@ class AgentflyAgentLoop(AgentLoopBase):
             ``rollout.response_length`` tokens: sampled turns and the env's messages), ``response_mask`` (1 = sampled),
             ``response_logprobs`` (when the server returns them), ``reward_score`` (the env's reward; its truncation
             reward when the response budget ends the episode, a turn cut by it going unscored), ``num_turns``, and in
-            ``extra_fields`` the env's ``reward_components``, ``error_counts`` and ``finish_reason`` (``stop``,
-            ``max_turns`` or ``length``).
+            ``extra_fields`` the env's ``reward_components``, ``error_counts``, ``finish_reason`` (``stop``,
+            ``max_turns`` or ``length``) and ``failed_attempts`` (the infrastructure failures of earlier attempts).
+            An episode whose every attempt met an infrastructure failure also has ``infra_failure`` (the last) and
+            an all-zero ``response_mask``.
         """
+        options = _reset_options(kwargs.get("extra_info"))
         key = json.dumps([self.env_id, self.env_kwargs], sort_keys=True, default=str)
         idle = _IDLE_ENVS.setdefault(key, [])
-        env = idle.pop() if idle else gym.make(self.env_id, **self.env_kwargs)
-        try:
-            return await self._play(env, _reset_options(kwargs.get("extra_info")), sampling_params)
-        finally:
-            idle.append(env)
+        failed: list[str] = []
+        while True:
+            env = idle.pop() if idle else gym.make(self.env_id, **self.env_kwargs)
+            try:
+                output = await self._play(env, options, sampling_params)
+            except InfrastructureError as error:  # its reset failed
+                output = await self._unplayed(kwargs.get("raw_prompt") or [])
+                output.extra_fields["infra_failure"] = f"reset: {one_line(error)}"
+            failure = output.extra_fields.get("infra_failure")
+            if failure is None:
+                idle.append(env)
+            else:
+                _discard(env)
+            if failure is None or len(failed) >= self.retries:
+                break
+            failed.append(failure)
+        output.extra_fields["failed_attempts"] = failed
+        if failure is not None:
+            output.response_mask = [0] * len(output.response_mask)
+        return output
+
+    async def _unplayed(self, messages: list[dict[str, Any]]) -> AgentLoopOutput:
+        """The output of an episode whose reset failed: the row's prompt, no response."""
+        prompt_ids = await self.ct_build_initial_tokens(messages) if messages else []
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids, response_ids=[], response_mask=[], reward_score=0.0, num_turns=1,
+            extra_fields={"reward_components": {}, "error_counts": {}, "finish_reason": "length"},
+        )  # fmt: skip
 
     async def _play(self, env: gym.Env, options: dict[str, Any], sampling_params: dict[str, Any]) -> AgentLoopOutput:
         _, info = await self.loop.run_in_executor(None, lambda: env.reset(options=options))
@@ -139,8 +170,15 @@ class AgentflyAgentLoop(AgentLoopBase):
                 "reward_components": dict(step_info.get("reward_components", {})),
                 "error_counts": dict(step_info.get("error_counts", {})),
                 "finish_reason": finish,
+                **({"infra_failure": step_info["infra_failure"]} if "infra_failure" in step_info else {}),
             },
         )
+
+
+def _discard(env: gym.Env) -> None:
+    """Closes an env that met an infrastructure failure (it is not reused); a failure to close is not the caller's."""
+    with contextlib.suppress(Exception):  # an env whose server or world died may fail to close
+        env.close()
 
 
 def dataset_rows(env_id: str, env_kwargs: Mapping[str, Any] | None = None, agent_name: str = AGENT_NAME) -> list[dict]:

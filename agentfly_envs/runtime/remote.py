@@ -28,6 +28,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 
 from agentfly_envs.contract import truncation_reward
+from agentfly_envs.errors import InfrastructureError
 from agentfly_envs.runtime.base import ENV_RUNTIMES, PoolSettings
 from agentfly_envs.runtime.failures import SERVER_PING_TIMEOUT_S, FailureCounts, WorkerLost, lost_episode, servers_down
 from agentfly_envs.user_code import UserCode
@@ -52,8 +53,9 @@ def ray_available() -> bool:
     return True
 
 
-class RemoteEnvError(RuntimeError):
-    """Remote envs could not be started or reset: their actors cannot be placed, or keep dying."""
+class RemoteEnvError(InfrastructureError):
+    """Remote envs could not be started or reset: their actors cannot be placed, or keep dying (an infrastructure
+    failure: an episode whose reset raises it is replayed or left out of training)."""
 
 
 class _EnvHost:

@@ -62,6 +62,8 @@ def run_call(
     request = {"op": "run", "id": secrets.token_hex(8), "code": code, "echo": echo}
     request.update(timeout_s=timeout_s, cpu_s=limits.cpu_s)
     with slots:
+        if not alive(process):  # killed while it waited (a spare): the code has not run, no crash of the agent's
+            raise Gone("the interpreter had died before the call")
         try:
             protocol.send(process.sock, request)
         except OSError as e:
@@ -118,6 +120,19 @@ def _await_reply(process: SessionProcess, request_id: str, deadline: float, cpu_
         return Reply.KILLED, "it did not stop at its time limit"
     except (protocol.ProtocolError, OSError) as e:
         return Reply.CRASHED, f"the interpreter died ({e})"
+
+
+def alive(process: SessionProcess) -> bool:
+    """Whether the session's guard and interpreter both still run (read from the host: the guard's pidfd turns
+    readable when it exits; the interpreter's ``/proc`` state is not a zombie's)."""
+    if select.select([process.pidfd], [], [], 0)[0]:
+        return False
+    try:
+        with open(f"/proc/{process.pid}/stat", "rb") as file:
+            state = file.read().rpartition(b")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in (b"Z", b"X")
 
 
 def cpu_seconds(pid: int) -> float:

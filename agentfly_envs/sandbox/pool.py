@@ -212,7 +212,8 @@ class SandboxSession:
         """
         with self._lock:
             lost_state = False
-            for attempt in (1, 2):
+            attempts = self.pool.spares + 2  # every spare may have died while it waited, then one fresh fork
+            for attempt in range(1, attempts + 1):
                 if self._process is None:
                     self._process = self.pool._take()
                 try:
@@ -221,8 +222,10 @@ class SandboxSession:
                 except Gone as e:  # died between calls (or before starting): a fresh interpreter takes the call
                     lost_state = lost_state or self._process.calls > 0
                     self._discard()
-                    if attempt == 2:
-                        raise SandboxError(f"two sandbox sessions in a row were gone before they ran code: {e}") from e
+                    if attempt == attempts:
+                        raise SandboxError(
+                            f"{attempts} sandbox sessions in a row were gone before they ran code: {e}"
+                        ) from e
                 except SandboxError:
                     self._discard()
                     raise

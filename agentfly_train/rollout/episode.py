@@ -24,6 +24,7 @@ import gymnasium as gym
 
 from agentfly_envs.contract import env_contract
 from agentfly_envs.core import ERROR_KINDS
+from agentfly_envs.errors import InfrastructureError, one_line
 from agentfly_envs.parsers import Action
 from agentfly_train.generation import Generation
 from agentfly_train.rollout.codec import ChatCodec, assistant_message
@@ -206,9 +207,17 @@ def step_env(env: gym.Env, text: Action) -> StepResult:
 
 def start_episode(env: gym.Env, task: Mapping[str, Any], codec: ChatCodec, max_images: int | None = None) -> Trajectory:
     """Resets ``env`` into ``task`` and returns the episode's trajectory, holding the prompt (with its newest
-    ``max_images`` images, :attr:`RolloutBudgets.max_images`)."""
+    ``max_images`` images, :attr:`RolloutBudgets.max_images`).
+
+    A reset that raises :class:`~agentfly_envs.errors.InfrastructureError` (its server, actor or world is down)
+    returns an empty trajectory that already ended on that failure (:attr:`Trajectory.excluded`), for
+    :func:`replay` to try again."""
     start = time.perf_counter()
-    _, info = env.reset(options={"task": dict(task)})
+    try:
+        _, info = env.reset(options={"task": dict(task)})
+    except InfrastructureError as error:
+        failure = f"reset: {one_line(error)}"
+        return Trajectory(prompt_ids=[], infra_failure=failure, env_seconds=time.perf_counter() - start)
     messages = list(info["messages"])
     prompt, images = codec.drop_oldest_images(codec.prompt_ids(messages), message_images(messages), max_images)
     trajectory = Trajectory(prompt_ids=prompt, messages=messages, images=images)
@@ -225,12 +234,25 @@ def replay(
     retries: int,
 ) -> Trajectory | None:
     """A fresh attempt at ``task`` on ``env`` (reset again) when the finished ``trajectory`` met an infrastructure
-    failure and has had fewer than ``retries`` replays; ``None`` when it stands as it is."""
-    if trajectory.infra_failure is None or len(trajectory.failed_attempts) >= retries:
-        return None
-    attempt = start_episode(env, task, codec, budgets.max_images)
-    attempt.replays(trajectory)
+    failure and has had fewer than ``retries`` replays; ``None`` when it stands as it is.
+
+    An attempt whose reset fails is replayed in turn while replays are left; the attempt returned is then either
+    ready for its first turn (``infra_failure is None``) or already ended, excluded, on its reset's failure."""
+    attempt = None
+    while trajectory.infra_failure is not None and len(trajectory.failed_attempts) < retries:
+        attempt = start_episode(env, task, codec, budgets.max_images)
+        attempt.replays(trajectory)
+        trajectory = attempt
     return attempt
+
+
+def open_episode(
+    env: gym.Env, task: Mapping[str, Any], codec: ChatCodec, budgets: RolloutBudgets, retries: int
+) -> Trajectory:
+    """:func:`start_episode`, its reset tried up to ``retries`` more times while it fails on an infrastructure
+    failure; the trajectory is ready for its first turn unless every reset failed (then it ended, excluded)."""
+    trajectory = start_episode(env, task, codec, budgets.max_images)
+    return replay(trajectory, env, task, codec, budgets, retries) or trajectory
 
 
 def room_left(trajectory: Trajectory, budgets: RolloutBudgets) -> int:

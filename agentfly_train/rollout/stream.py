@@ -33,10 +33,10 @@ from agentfly_train.rollout.episode import (
     Trajectory,
     finish,
     needs_env_step,
+    open_episode,
     record_turn,
     replay,
     room_left,
-    start_episode,
     step_env,
     turn_budget,
 )
@@ -159,10 +159,12 @@ class EpisodeStream:
 
     def start(self, key: int, env: gym.Env, task: Mapping[str, Any], params: SamplingParams) -> None:
         """Resets ``env`` into ``task`` and submits the episode's first turn; ``key`` names it until it is taken."""
-        self._episodes[key] = _Episode(
-            start_episode(env, task, self.codec, self.budgets.max_images), env, task, params, self.version
-        )
-        self._submit(key)
+        trajectory = open_episode(env, task, self.codec, self.budgets, self.retries)
+        self._episodes[key] = _Episode(trajectory, env, task, params, self.version)
+        if trajectory.infra_failure is None:
+            self._submit(key)
+        else:  # every reset failed: it ends here, excluded
+            self.finished.append(key)
 
     def take(self, key: int) -> Trajectory:
         """The trajectory of a finished episode, which the stream then forgets."""
@@ -239,10 +241,11 @@ class EpisodeStream:
                 return
             finish(trajectory, episode.env, "max_turns")
         attempt = replay(trajectory, episode.env, episode.task, self.codec, self.budgets, self.retries)
-        if attempt is None:
+        if attempt is not None:
+            episode.trajectory, episode.started_version = attempt, self.version
+        if attempt is None or attempt.infra_failure is not None:
             self.finished.append(key)
             return
-        episode.trajectory, episode.started_version = attempt, self.version
         self._submit(key)
 
 

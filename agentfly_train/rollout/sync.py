@@ -18,10 +18,10 @@ from agentfly_train.rollout.episode import (
     Trajectory,
     finish,
     needs_env_step,
+    open_episode,
     record_turn,
     replay,
     room_left,
-    start_episode,
     step_env,
     turn_budget,
 )
@@ -38,8 +38,9 @@ def run_rollouts(
     timing: EngineTime | None = None,
     retries: int = 0,
 ) -> list[Trajectory]:
-    """Runs one episode per ``(env, task)`` pair to the end; one that ends on an infrastructure failure is played
-    again from its start, up to ``retries`` times (:func:`~agentfly_train.rollout.episode.replay`).
+    """Runs one episode per ``(env, task)`` pair to the end; one that ends on an infrastructure failure (in a step or
+    in its reset) is played again from its start, up to ``retries`` times
+    (:func:`~agentfly_train.rollout.episode.replay`).
 
     Args:
         envs: Environments, one per episode (reset here with ``options={"task": task}``).
@@ -55,8 +56,8 @@ def run_rollouts(
     Returns:
         One :class:`Trajectory` per episode, in order.
     """
-    trajectories = [start_episode(env, task, codec, budgets.max_images) for env, task in zip(envs, tasks, strict=True)]
-    active = list(range(len(envs)))
+    trajectories = [open_episode(env, task, codec, budgets, retries) for env, task in zip(envs, tasks, strict=True)]
+    active = [index for index, trajectory in enumerate(trajectories) if trajectory.infra_failure is None]
     while active:
         rooms = [room_left(trajectories[i], budgets) for i in active]
         start = time.perf_counter()
@@ -86,6 +87,7 @@ def run_rollouts(
             attempt = replay(trajectory, env, tasks[index], codec, budgets, retries)
             if attempt is not None:
                 trajectories[index] = attempt
-                going.append(index)
+                if attempt.infra_failure is None:
+                    going.append(index)
         active = going
     return trajectories

@@ -191,6 +191,23 @@ def test_the_pool_replacing_a_killed_fork_server_is_no_failure():
         env.close()
 
 
+def test_a_spare_session_killed_before_its_call_is_no_failure():
+    """A spare interpreter killed while it waits (the code has not run) is replaced: the call runs in a fresh one and
+    is neither the agent's crash nor a failure."""
+    import psutil
+
+    with SandboxPool(workers=1, spares=2) as pool:
+        assert pool.run("print(1)").output == "1\n"  # the fork server is up with its spares
+        spares = psutil.Process(pool._fork_server.process.pid).children(recursive=True)
+        assert spares
+        for process in spares:
+            process.kill()
+        psutil.wait_procs(spares, timeout=5)
+        for _ in range(3):
+            execution = pool.run("print(6 * 7)")
+            assert (execution.output, execution.status.value) == ("42\n", "ok")
+
+
 @pytest.mark.parametrize(
     "code",
     ["import os; os._exit(3)", "import ctypes; ctypes.string_at(0)"],

@@ -136,3 +136,46 @@ def test_a_turn_cut_by_the_response_budget_ends_the_episode_unscored(verl_setup,
 
     assert output.batch["response_mask"].sum().item() == 8 and output.batch["rm_scores"].sum().item() == 0.0
     assert list(output.non_tensor_batch["finish_reason"]) == ["length"]
+
+
+@pytest.mark.parametrize(("fails", "excluded"), [(1, False), (99, True)])
+def test_an_infrastructure_failure_is_replayed_on_a_fresh_env_and_marked_when_every_attempt_fails(
+    verl_setup, gsm8k_sample, tmp_path, monkeypatch, fails, excluded
+):
+    """A judge that fails (an InfrastructureError from the reward) makes the loop play the episode again on a fresh
+    env; when every attempt fails, the output says so and none of its tokens is trained."""
+    from agentfly_envs import InfrastructureError
+    from agentfly_envs.rewards import REWARDS
+
+    score, calls = REWARDS.get("math_reward_string_equal"), []
+
+    def flaky_judge(response: str, ground_truth: object):
+        calls.append(response)
+        if len(calls) <= fails:
+            raise InfrastructureError("the judge did not answer")
+        return score(response, ground_truth)
+
+    monkeypatch.setitem(REWARDS._entries, "flaky_judge", flaky_judge)
+    monkeypatch.setattr("agentfly_envs.adapters.verl._IDLE_ENVS", {})  # no env kept from another case's judge
+    loops = tmp_path / "loops.yaml"
+    loops.write_text(
+        "- name: agentfly\n  _target_: agentfly_envs.adapters.verl.AgentflyAgentLoop\n  env_id: agentfly/GSM8K-Calc\n"
+        f"  env_kwargs: {{data_files: {gsm8k_sample}, reward: flaky_judge}}\n"
+    )
+    config = verl_setup.copy()
+    config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(loops)
+    worker = AgentLoopWorker(config, llm_client=None)
+    dataset = RLHFDataset(config.data.train_files, worker.tokenizer, config.data)
+    env = gym.make("agentfly/GSM8K-Calc", data_files=str(gsm8k_sample))
+    _, info = env.reset(options={"index": 0})
+    golden = [a if isinstance(a, str) else json.dumps(a) for a in env.unwrapped.golden_actions()]
+    worker.llm_client = ScriptedServer(worker.tokenizer, {info["task"]["question"]: golden * 3})
+
+    output = asyncio.run(worker.generate_sequences(DataProto.from_single_dict(collate_fn([dataset[0]]))))
+
+    failure = "reward flaky_judge: the judge did not answer"
+    assert len(calls) == (3 if excluded else 2)  # 2 retries by default
+    assert list(output.non_tensor_batch["failed_attempts"]) == [[failure] * (2 if excluded else 1)]
+    assert list(output.non_tensor_batch.get("infra_failure", [None])) == [failure if excluded else None]
+    trained = output.batch["response_mask"].sum().item()
+    assert (trained == 0) if excluded else (trained > 0 and output.batch["rm_scores"].sum().item() == 1.0)

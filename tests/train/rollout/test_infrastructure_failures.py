@@ -103,6 +103,39 @@ def test_an_episode_whose_every_attempt_fails_is_excluded_unscored_and_untrained
     assert all(sum(mask) > 0 for mask in rows["env_mask"][:2]) and sum(rows["env_mask"][2]) == 0
 
 
+class FlakyReset(gym.Wrapper):
+    """An env whose first ``fails`` resets raise :class:`InfrastructureError`, as a lost server's would."""
+
+    def __init__(self, env: gym.Env, fails: int) -> None:
+        super().__init__(env)
+        self.fails = fails
+
+    def reset(self, **kwargs):
+        if self.fails > 0:
+            self.fails -= 1
+            raise InfrastructureError("the env server at http://envs:8000 stopped answering")
+        return self.env.reset(**kwargs)
+
+
+@pytest.mark.parametrize("loop", ["sync", "async"])
+def test_an_episode_whose_reset_fails_is_replayed_and_left_out_when_every_reset_fails(judged, loop):
+    judge, executor = judged
+    envs, tasks, codec, policy = judge(fails=0)
+    envs = [FlakyReset(envs[0], fails=1), FlakyReset(envs[1], fails=0), FlakyReset(envs[2], fails=99)]
+    replayed, plain, excluded = _play(loop, envs, tasks, codec, policy, executor, retries=2)
+    lost = "reset: the env server at http://envs:8000 stopped answering"
+    assert (replayed.reward, replayed.correct, replayed.failed_attempts) == (1.0, True, [lost])
+    assert not replayed.excluded
+    assert (plain.reward, plain.failed_attempts) == (1.0, [])
+    assert excluded.excluded and excluded.infra_failure == lost and excluded.failed_attempts == [lost, lost]
+    assert excluded.prompt_ids == [] and excluded.num_turns == 0 and envs[2].fails == 96  # 1 try + 2 replays
+    stats = summarize([replayed, plain, excluded])
+    assert (stats["rollout/infra_failures"], stats["rollout/retried"], stats["rollout/excluded"]) == (4, 3, 1)
+    assert stats["accuracy"] == 1.0
+    rows = training_rows([replayed, plain, excluded])
+    assert sum(rows["env_mask"][2]) == 0 and all(sum(mask) > 0 for mask in rows["env_mask"][:2])
+
+
 def test_the_run_stops_with_one_line_when_too_many_episodes_fail_and_resumes_once_mended(
     monkeypatch, warm_policy, tmp_path, capfd
 ):
