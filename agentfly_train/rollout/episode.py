@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
@@ -255,6 +255,29 @@ def open_episode(
     return replay(trajectory, env, task, codec, budgets, retries) or trajectory
 
 
+def play_turns(
+    env: gym.Env,
+    task: Mapping[str, Any],
+    codec: ChatCodec,
+    turns: Sequence[tuple[Action, list[int], list[int]]],
+    budgets: RolloutBudgets,
+) -> Trajectory:
+    """A scripted episode (a demonstration): ``env`` reset into ``task`` (:func:`start_episode`), then each turn,
+    ``(action, its token ids, their env_mask)``, stepped and recorded as a sampled one would be (:func:`step_env`,
+    :func:`record_turn`; the mask says which of its tokens are trained) until the episode ends. A reset that met an
+    infrastructure failure ends it at once (:attr:`Trajectory.excluded`)."""
+    trajectory = start_episode(env, task, codec, budgets.max_images)
+    for action, ids, mask in () if trajectory.excluded else turns:
+        stepped = step_env(env, action)
+        going = record_turn(trajectory, env, Generation(ids, [0.0] * len(ids), stopped=True), action, stepped, codec,
+                            budgets)  # fmt: skip
+        span = trajectory.turn_spans[-1]
+        trajectory.env_mask[span.start : span.end] = mask
+        if not going:
+            break
+    return trajectory
+
+
 def room_left(trajectory: Trajectory, budgets: RolloutBudgets) -> int:
     """Tokens the completion may still grow by."""
     return budgets.response_length - len(trajectory.completion_ids)
@@ -300,13 +323,34 @@ def record_turn(
     trajectory.extend(generation.token_ids, trained=True, logprobs=generation.logprobs, version=version)
     context, images = trajectory.context_ids, list(trajectory.images)
     trajectory.turn_spans.append(TurnSpan(context, len(context), images, start, len(trajectory.completion_ids)))
-    trajectory.context_ids += codec.kept_ids(generation.token_ids)
     trajectory.messages.append(assistant_message(text))
     trajectory.num_turns += 1
+    end, info = _record_step(trajectory, stepped)
+    trajectory.context_ids += codec.kept_ids(generation.token_ids)
+    if end is None:
+        messages = info["messages"]
+        observation = codec.observation_ids(messages, closed_turn=generation.stopped, action=text)
+        if len(trajectory.completion_ids) + len(observation) < budgets.response_length:
+            trajectory.extend(observation, trained=False)
+            trajectory.messages.extend(messages)
+            trajectory.context_ids += observation
+            trajectory.context_ids, trajectory.images = codec.drop_oldest_images(
+                trajectory.context_ids, trajectory.images + message_images(messages), budgets.max_images
+            )
+            return True
+        end, info = ("length", None), {}
+    reason, reward = end
+    finish(trajectory, env, reason, reward, info or None)
+    return False
+
+
+def _record_step(trajectory: Trajectory, stepped: StepResult | None) -> tuple[tuple[str, Any] | None, dict[str, Any]]:
+    """Records the env's step on a turn (its time, tool calls and errors) in the trajectory: ``(end, info)``, where
+    ``end`` is ``(finish reason, reward)`` when the step ended the episode (``("length", None)`` for a turn the
+    completion budget cut, which the env never saw), else ``None``; ``info`` is the step's info."""
     if stepped is None:
         trajectory.turn_calls.append([])
-        finish(trajectory, env, "length")
-        return False
+        return ("length", None), {}
     (_, reward, terminated, truncated, info), seconds = stepped
     trajectory.env_seconds += seconds
     calls, errors = _episode_counts(info)
@@ -316,21 +360,8 @@ def record_turn(
     parse_errors = [{"error": message} for message in info.get("parse_errors", ())]
     trajectory.turn_calls.append([*info.get("tool_calls", ()), *parse_errors])
     if terminated or truncated:
-        finish(trajectory, env, "stop" if terminated else "max_turns", reward, info)
-        return False
-    messages = info["messages"]
-    observation = codec.observation_ids(messages, closed_turn=generation.stopped, action=text)
-    if len(trajectory.completion_ids) + len(observation) >= budgets.response_length:
-        finish(trajectory, env, "length")
-        return False
-    trajectory.extend(observation, trained=False)
-    trajectory.messages.extend(messages)
-    trajectory.context_ids += observation
-    trajectory.images += message_images(messages)
-    trajectory.context_ids, trajectory.images = codec.drop_oldest_images(
-        trajectory.context_ids, trajectory.images, budgets.max_images
-    )
-    return True
+        return ("stop" if terminated else "max_turns", reward), info
+    return None, info
 
 
 def rewrites_context(codec: ChatCodec, max_images: int | None) -> bool:
@@ -369,6 +400,8 @@ def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) 
             rows[key].append(value)
 
     for t in trajectories:
+        if not t.completion_ids:  # every reset failed (excluded): one untrained token stands for it, as TRL needs
+            t = replace(t, prompt_ids=t.prompt_ids or [0], completion_ids=[0], logprobs=[0.0], env_mask=[0])
         env_mask = [0] * len(t.env_mask) if t.excluded else t.env_mask
         if turns is None:
             add(t.prompt_ids, t.completion_ids, t.logprobs, env_mask, t.reward)

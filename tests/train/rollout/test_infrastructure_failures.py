@@ -22,6 +22,7 @@ from agentfly_train.rollout.stream import BatchedRequests
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.runs import LEARNING_TASKS
 from tests.helpers.scripted import ScriptedPolicy, golden_scripts
+from tests.helpers.skips import needs_textworld_express
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 from infra_failures import CHAOS
@@ -133,7 +134,54 @@ def test_an_episode_whose_reset_fails_is_replayed_and_left_out_when_every_reset_
     assert (stats["rollout/infra_failures"], stats["rollout/retried"], stats["rollout/excluded"]) == (4, 3, 1)
     assert stats["accuracy"] == 1.0
     rows = training_rows([replayed, plain, excluded])
-    assert sum(rows["env_mask"][2]) == 0 and all(sum(mask) > 0 for mask in rows["env_mask"][:2])
+    assert rows["completion_ids"][2] == [0] and rows["env_mask"][2] == [0]  # one untrained token (TRL needs one)
+    assert all(sum(mask) > 0 for mask in rows["env_mask"][:2])
+
+
+class JVMKilledMidEpisode(gym.Wrapper):
+    """A world env whose JVM is killed (SIGKILL) before its first step, as a crashed simulator would be."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.killed = False
+
+    def step(self, action):
+        if not self.killed:
+            self.killed = True
+            jvm = self.env.unwrapped.tools["act"]._worlds["textworld_express"]._jvm
+            jvm.process.kill()
+            jvm.process.wait()
+        return self.env.step(action)
+
+
+@needs_textworld_express
+@pytest.mark.parametrize("loop", ["sync", "async"])
+def test_an_episode_whose_worlds_jvm_is_killed_is_replayed_on_a_relaunched_one(tiny_tokenizer, loop):
+    envs = [gym.make("agentfly/TWX-Coin", num_tasks=2) for _ in range(2)]
+    tasks = [envs[0].unwrapped.tasks.row(i) for i in range(2)]
+    _, info = envs[0].reset(options={"task": tasks[0]})
+    codec = ChatCodec(tiny_tokenizer, info["tools"])
+    scripts = golden_scripts(envs, codec, tasks)
+    (first, turns), (second, other) = scripts.items()
+    policy = ScriptedPolicy(codec, {first: [*turns[:1], *turns], second: other})  # the killed turn, then the replay
+    budgets = RolloutBudgets(max_turns=100, max_tokens_per_turn=256, response_length=65536)
+    killed = JVMKilledMidEpisode(envs[0])
+    with ThreadPoolExecutor(2) as executor:
+        if loop == "sync":
+            played = run_rollouts(
+                [killed, envs[1]], tasks, policy, codec, budgets, SamplingParams(), executor, retries=1
+            )
+        else:
+            engine = BatchedRequests(policy)
+            played = run_rollouts_async(
+                [killed, envs[1]], tasks, engine, codec, budgets, SamplingParams(), executor, retries=1
+            )
+    replayed, plain = played
+    assert killed.killed and replayed.failed_attempts and plain.failed_attempts == []
+    assert replayed.failed_attempts[0].startswith("tool act: the world stopped working")
+    assert (replayed.reward, replayed.excluded, plain.reward) == (1.0, False, 1.0)
+    for env in envs:
+        env.close()
 
 
 def test_the_run_stops_with_one_line_when_too_many_episodes_fail_and_resumes_once_mended(
