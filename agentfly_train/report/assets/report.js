@@ -182,6 +182,9 @@ function renderFacts(episode) {
       badge(`tokens: ${episode.prompt_tokens} prompt, ${episode.completion_tokens} completion (${episode.sampled_tokens} sampled)`),
     );
   }
+  if (episode.excluded) facts.push(badge(`excluded, not trained: ${episode.infra_failure}`, "bad"));
+  const failed = episode.failed_attempts || [];
+  if (failed.length) facts.push(badge(`replayed after ${failed.length} infrastructure failure(s): ${failed.join("; ")}`, "warn"));
   for (const [kind, count] of Object.entries(episode.error_counts || {})) facts.push(badge(`${kind} × ${count}`, "bad"));
   const components = Object.entries(episode.reward_components || {});
   if (components.length) {

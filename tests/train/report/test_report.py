@@ -263,6 +263,27 @@ def test_report_shows_eval_pass_at_k_as_a_table(tmp_path, browser):
     assert console_errors(browser) == []
 
 
+@pytest.mark.slow
+def test_report_marks_excluded_and_replayed_episodes(tmp_path, browser):
+    """An episode left out of training for an infrastructure failure, and one replayed after failures, say so."""
+    chat = [{"role": "user", "content": "What is 6 * 7?"}, {"role": "assistant", "content": "42"}]
+    plain = {"messages": chat, "reward": 1.0, "correct": True, "finish_reason": "stop", "turns": 1, "tool_calls": 0}
+    episodes = [
+        plain,
+        {**plain, "failed_attempts": ["tool calculator: the worker died", "reset: the server stopped answering"]},
+        {**plain, "reward": 0.0, "excluded": True, "infra_failure": "tool calculator: the worker died"},
+    ]
+    (tmp_path / "train_samples").mkdir()
+    (tmp_path / "train_samples" / "step_000001.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    open_page(browser, build_report(tmp_path))
+    select(browser, "split-picker", "train")
+    facts = [article.find_element("css selector", ".facts").text for article in shown_episodes(browser)]
+    assert len(facts) == 3 and "excluded" not in facts[0] and "replayed" not in facts[0]
+    assert "replayed after 2 infrastructure failure(s): tool calculator: the worker died; reset: the server" in facts[1]
+    assert "excluded, not trained: tool calculator: the worker died" in facts[2]
+    assert console_errors(browser) == []
+
+
 def test_chart_prefixes_drop_series_that_stay_zero():
     records = [
         {"step": 1, "episode/tool_error_rate/parse_error": 0.5, "episode/tool_error_rate/unknown_tool": 0.0},
