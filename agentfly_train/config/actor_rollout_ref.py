@@ -205,8 +205,8 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = -1
     val_temperature: float = setting(0.0, NonNegative())
-    gpu_memory_utilization: float = 0.5
-    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = setting(0.5, Within(0.0, 1.0, low_open=True))
+    kv_cache_memory_bytes: int | None = setting(None, Positive(allow_none=True))
     tensor_model_parallel_size: int = 1
     env_runtime: str = setting("local", Registered("agentfly_envs.runtime:ENV_RUNTIMES"))
     env_workers: int = setting(8, Positive())
@@ -223,7 +223,7 @@ class RolloutConfig:
     server_timeout: float = 240.0
     enable_prefix_caching: bool = True
     free_cache_engine: bool = False
-    dtype: str = "auto"
+    dtype: str = setting("auto", OneOf(DTYPES))
     max_model_len: int | None = None
 
 

@@ -97,18 +97,10 @@ class VLLMGenerationBackend(GenerationBackend):
 
     @classmethod
     def check(cls, config: TrainConfig) -> None:
-        """The engine's keys (``actor_rollout_ref.rollout.*``), and that vLLM is installed."""
-        from agentfly_train.config.actor_rollout_ref import DTYPES
-        from agentfly_train.config.errors import ConfigError, check_choice, check_positive
+        """That vLLM is installed (the engine's keys, ``actor_rollout_ref.rollout.*``, are checked by their own
+        constraints)."""
+        from agentfly_train.config.errors import ConfigError
 
-        rollout = config.actor_rollout_ref.rollout
-        check_choice("actor_rollout_ref.rollout.dtype", rollout.dtype, DTYPES)
-        if not 0 < rollout.gpu_memory_utilization <= 1:
-            raise ConfigError(
-                "actor_rollout_ref.rollout.gpu_memory_utilization must be in (0, 1], got "
-                f"{rollout.gpu_memory_utilization}"
-            )
-        check_positive("actor_rollout_ref.rollout.kv_cache_memory_bytes", rollout.kv_cache_memory_bytes, True)
         if not vllm_available():
             raise ConfigError(f"actor_rollout_ref.rollout.name=vllm: {INSTALL_HINT}")
 

@@ -261,6 +261,10 @@ def test_vllm_settings_are_checked_before_anything_loads():
         quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=remote"])
     with pytest.raises(ConfigError, match=r"rollout\.kv_cache_memory_bytes must be > 0, got -1"):
         quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.kv_cache_memory_bytes=-1"])
+    with pytest.raises(ConfigError, match=r"rollout\.gpu_memory_utilization must be in \(0\.0, 1\.0\], got 0"):
+        quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0"])
+    with pytest.raises(ConfigError, match=r"rollout\.dtype='half' is not one of"):
+        quickstart_config(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.dtype=half"])
 
 
 def test_keys_accepted_without_effect_are_named_when_a_run_sets_them():
