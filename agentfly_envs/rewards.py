@@ -19,7 +19,6 @@ import re
 import secrets
 import string
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -322,8 +321,9 @@ _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
 CODE_TEST_TIMEOUT_S = 5.0
 """Wall-clock limit of one test of ``code_reward`` (the code, then the test), in seconds."""
 CODE_TESTS_BUDGET_S = 10.0
-"""Wall-clock time one ``code_reward`` call may take in all, in seconds: each test's limit is cut so that it ends in
-time even if the sandbox must kill it, and tests left when the budget is spent fail."""
+"""Wall-clock time the tests of one ``code_reward`` call may run in all, in seconds (a wait for a free sandbox worker
+is not counted: a busy machine fails no test): each test's limit is cut so that it ends in time even if the sandbox
+must kill it, and tests left when the budget is spent fail."""
 _ALARM_DELAY_S = 0.1
 """How long after a test's limit the sandbox's own time limit ends, in seconds: code that catches the sandbox's
 exception there has run past the harness's limit, which counts from a little after the sandbox's start."""
@@ -382,12 +382,13 @@ def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
     code, tests = extract_code(response), _references(ground_truth)
     passed = 0
     if code.strip() and tests:
-        pool, deadline = default_pool(), time.monotonic() + CODE_TESTS_BUDGET_S
+        pool, spent = default_pool(), 0.0
         for test in tests:
-            limit = _time_left(deadline)
+            limit = _time_left(spent)
             if limit <= 0:
                 break
-            passed += _test_passes(pool, code, test, limit)
+            ran, seconds = _test_passes(pool, code, test, limit)
+            passed, spent = passed + ran, spent + seconds
     rate = passed / len(tests) if tests else 0.0
     return RewardResult(
         rate,
@@ -401,23 +402,24 @@ def code_reward(response: str, ground_truth: GroundTruth) -> RewardResult:
     )
 
 
-def _time_left(deadline: float) -> float:
+def _time_left(spent: float) -> float:
     """The wall-clock limit of the next test, in seconds: ``CODE_TEST_TIMEOUT_S``, cut so that code the sandbox
-    has to kill (``GRACE_S`` past its own limit) still ends by ``deadline`` (``time.monotonic()``)."""
+    has to kill (``GRACE_S`` past its own limit) still ends within the budget, of which the tests so far ran
+    ``spent`` seconds."""
     from agentfly_envs.sandbox.call import GRACE_S
 
-    return min(CODE_TEST_TIMEOUT_S, deadline - time.monotonic() - _ALARM_DELAY_S - GRACE_S)
+    return min(CODE_TEST_TIMEOUT_S, CODE_TESTS_BUDGET_S - spent - _ALARM_DELAY_S - GRACE_S)
 
 
-def _test_passes(pool: SandboxPool, code: str, test: str, limit: float) -> bool:
+def _test_passes(pool: SandboxPool, code: str, test: str, limit: float) -> tuple[bool, float]:
     """Whether ``test`` runs to its end after ``code`` in a fresh interpreter of ``pool`` within ``limit`` seconds,
-    with nothing of the code left running."""
+    with nothing of the code left running; and the seconds it ran (a wait for a free worker not counted)."""
     from agentfly_envs.sandbox import ExecStatus
 
     mark = secrets.token_hex(16)
     program = _HARNESS.format(code=code, test=test, mark=mark.encode(), limit=limit)
     result = pool.run(program, timeout_s=limit + _ALARM_DELAY_S)
-    return result.status is ExecStatus.OK and not result.restarted and mark in result.output
+    return result.status is ExecStatus.OK and not result.restarted and mark in result.output, result.seconds
 
 
 # ----------------------------------------------------------------------------------------------

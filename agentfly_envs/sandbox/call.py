@@ -54,7 +54,6 @@ def run_call(
         SandboxError: the session could not set itself up.
     """
     timeout_s = limits.timeout_s if timeout_s is None else timeout_s
-    start = time.monotonic()
     if not process.ready:
         _wait_ready(process)
     # A random id, and nothing of a call outlives it (no process, no thread: see threads_left), so no
@@ -62,6 +61,7 @@ def run_call(
     request = {"op": "run", "id": secrets.token_hex(8), "code": code, "echo": echo}
     request.update(timeout_s=timeout_s, cpu_s=limits.cpu_s)
     with slots:
+        start = time.monotonic()  # the call's time counts from here: a wait for a free worker is not the code's
         if not alive(process):  # killed while it waited (a spare): the code has not run, no crash of the agent's
             raise Gone("the interpreter had died before the call")
         try:

@@ -48,7 +48,7 @@ class Execution:
         restarted: The interpreter was replaced: variables from earlier calls are gone.
         truncated: Part of the output was cut.
         invalid_utf8: The output held bytes that are not UTF-8.
-        seconds: Wall-clock time of the call.
+        seconds: Wall-clock time of the call, from when it had a free worker (a wait for one is not counted).
         restart_reason: Why the interpreter was replaced after a call that itself ended normally
             (e.g. a thread it started was still running), else "".
     """

@@ -1,4 +1,5 @@
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -227,6 +228,24 @@ def test_code_reward_fails_code_that_outlives_its_time_limit(monkeypatch, late):
 BUDGET_SLACK_S = 0.5
 """How far past ``CODE_TESTS_BUDGET_S`` a call may end, in seconds (at most 0.003 s measured, over 24 hanging
 calls on a 2-core machine)."""
+
+
+def test_code_reward_does_not_count_a_wait_for_a_busy_sandbox(monkeypatch):
+    """A right answer graded while every sandbox worker is busy passes all its tests: the budget counts the time the
+    tests run, not the wait for a worker."""
+    from agentfly_envs import rewards
+    from agentfly_envs.sandbox import SandboxPool
+
+    monkeypatch.setattr(rewards, "CODE_TESTS_BUDGET_S", 1.5)
+    with SandboxPool(workers=1) as pool, ThreadPoolExecutor(1) as executor:
+        monkeypatch.setattr("agentfly_envs.sandbox.default_pool", lambda: pool)
+        pool.run("")
+        busy = executor.submit(pool.run, "import time; time.sleep(2.5)")  # holds the one worker
+        time.sleep(0.3)
+        start = time.monotonic()
+        result = rewards.code_reward("def add(a, b):\n    return a + b", ADD_TESTS)
+        assert time.monotonic() - start > 1.5 and busy.result().status.value == "ok"  # it waited past the budget
+    assert result.score == 1.0 and result.components["tests_passed"] == 3
 
 
 @pytest.mark.parametrize(
