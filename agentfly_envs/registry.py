@@ -78,6 +78,7 @@ class Registry(Generic[T]):
         self.how = how or f"@{kind.upper()}S.register(name)"
         self._entries: dict[str, T] = {}
         self._entry_points: dict[str, str] = {}
+        self._aliases: dict[str, str] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator that files the decorated object under ``name``; a second use of a name raises."""
@@ -108,9 +109,28 @@ class Registry(Generic[T]):
         self._check_free(name)
         self._entry_points[name] = entry_point
 
+    def add_alias(self, alias: str, name: str) -> None:
+        """Makes ``alias`` a second name of the entry filed under ``name`` (another library's word for it, e.g.
+        AgentFly's ``agent_type=hf`` for the ``tool_calls`` parser): :meth:`get` and ``in`` accept it, listings
+        name the entry once, under ``name``.
+
+        Raises:
+            DuplicateRegistrationError: ``alias`` is already taken.
+            UnknownNameError: nothing is filed under ``name``.
+        """
+        self._check_free(alias)
+        if name not in self:
+            self.get(name)  # raises, naming what is registered
+        self._aliases[alias] = name
+
+    def canonical(self, name: str) -> str:
+        """The name an entry is filed under: ``name`` itself, or the one an alias stands for."""
+        return self._aliases.get(name, name)
+
     def _check_free(self, name: str) -> None:
         if name in self:
-            taken = self._entries[name] if name in self._entries else self._entry_points[name]
+            filed = self.canonical(name)
+            taken = self._entries[filed] if filed in self._entries else self._entry_points[filed]
             raise DuplicateRegistrationError(
                 f"{self.kind} {name!r} is already registered (to {taken!r}); pick another name."
             )
@@ -121,6 +141,8 @@ class Registry(Generic[T]):
         Raises:
             UnknownNameError: nothing is filed under ``name``; the message suggests close matches.
         """
+        if isinstance(name, str):
+            name = self.canonical(name)
         if isinstance(name, str) and name in self._entry_points:
             self._entries[name] = load_entry_point(self._entry_points[name])
             del self._entry_points[name]
@@ -139,7 +161,7 @@ class Registry(Generic[T]):
         return [(name, self.get(name)) for name in self]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries or name in self._entry_points
+        return name in self._entries or name in self._entry_points or name in self._aliases
 
     def __iter__(self) -> Iterator[str]:
         """The names, sorted; nothing is imported."""

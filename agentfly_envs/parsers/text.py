@@ -168,3 +168,4 @@ class ToolCallsParser(Parser):
 
 for _parser in (HermesParser(), ReActParser(), CodeParser(), ToolCallsParser()):
     PARSERS.add(_parser.name, _parser)
+PARSERS.add_alias("hf", ToolCallsParser.name)  # AgentFly's agent_type=hf: the trainer reads the template's calls

@@ -73,3 +73,17 @@ def test_a_missing_name_among_entry_points_suggests_the_close_one():
     registry.add_entry_point("vllm_server", "nowhere_at_all:member")
     with pytest.raises(UnknownNameError, match="did you mean 'vllm_server'"):
         registry.get("vllm_servr")
+
+
+def test_an_alias_names_an_entry_without_listing_it_twice():
+    registry = Registry("thing", where="here.py")
+    registry.add("tool_calls", "the parser")
+    registry.add_alias("hf", "tool_calls")
+    assert registry.get("hf") is registry.get("tool_calls") and "hf" in registry
+    assert list(registry) == ["tool_calls"] and registry.canonical("hf") == "tool_calls"
+    assert registry.canonical("tool_calls") == "tool_calls"
+    with pytest.raises(DuplicateRegistrationError, match="'hf' is already registered"):
+        registry.add("hf", "another")
+    with pytest.raises(UnknownNameError, match="thing 'nothing' is not registered"):
+        registry.add_alias("x", "nothing")
+    assert PARSERS.get("hf") is PARSERS.get("tool_calls")  # AgentFly's agent_type=hf
