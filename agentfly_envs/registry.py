@@ -149,10 +149,11 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except (KeyError, TypeError):
-            close = close_match(str(name), self)
+            close = close_match(str(name), [*self, *self._aliases])
             guess = f"; did you mean {close!r}?" if close else "."
+            also = f" (also {', '.join(sorted(self._aliases))})" if self._aliases else ""
             raise UnknownNameError(
-                f"{self.kind} {name!r} is not registered{guess} Known: {', '.join(self)}. "
+                f"{self.kind} {name!r} is not registered{guess} Known: {', '.join(self)}{also}. "
                 f"Add one with {self.how} in {self.where}."
             ) from None
 

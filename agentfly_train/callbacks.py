@@ -107,6 +107,14 @@ class AgentCallback(TrainerCallback):
         self.summary: dict[str, Any] = {}
         self._bar: Any = None
 
+    def replace_console_callbacks(self) -> None:
+        """Takes the place of the trainer's console output (TRL's printer and progress bar) among its callbacks."""
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        for console in (PrinterCallback, ProgressCallback):
+            self.trainer.remove_callback(console)
+        self.trainer.add_callback(self)
+
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.is_world_process_zero:
             if state.global_step == 0:  # a fresh start redoes everything an earlier attempt logged, step 0 too

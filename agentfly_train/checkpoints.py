@@ -15,11 +15,13 @@ import errno
 import json
 import os
 import shutil
+import sys
 import zlib
 from pathlib import Path
 
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import TrainerConfig
+from agentfly_train.run_dir import RUN_CONFIG_FILE
 
 PREFIX = "checkpoint"
 """Checkpoint directories are ``checkpoint-<global step>`` (TRL/HF ``Trainer``'s ``PREFIX_CHECKPOINT_DIR``)."""
@@ -202,6 +204,24 @@ def resume_checkpoint(trainer: TrainerConfig) -> tuple[str | None, str | None]:
         return str(path), f"resuming from {path}"
     chosen, skipped = newest_complete(trainer.default_local_dir)
     return (str(chosen) if chosen is not None else None), resume_note(chosen, skipped)
+
+
+def open_run_dir(trainer: TrainerConfig, config_text: str, main_process: bool) -> str | None:
+    """The checkpoint a run resumes from (:func:`resume_checkpoint`; ``None``: a fresh run), its run directory made
+    ready: the main process deletes what a killed run left (:func:`remove_leftovers`), says which checkpoint it
+    resumes from, and writes ``config_text`` as the run's ``config.json``; every process makes the directory.
+    """
+    # With overwrite the main process has emptied the directory; the others may still see its checkpoints.
+    fresh = trainer.overwrite and trainer.resume_mode == "auto"
+    checkpoint, resume_line = (None, None) if fresh else resume_checkpoint(trainer)
+    run_dir = Path(trainer.default_local_dir)
+    if main_process:
+        remove_leftovers(run_dir)
+        if resume_line is not None:
+            print(resume_line, file=sys.stderr)
+        (run_dir / RUN_CONFIG_FILE).write_text(config_text)
+    run_dir.mkdir(parents=True, exist_ok=True)  # the other processes may get here before the main one made it
+    return checkpoint
 
 
 def prune(run_dir: str | Path, keep: int | None) -> None:

@@ -48,9 +48,9 @@ def describe(config: TrainConfig, world_size: int = 1) -> str:
         ConfigError: as a real run would, before its model is loaded (bad data, bad sizes).
     """
     from agentfly_envs.contract import env_contract
-    from agentfly_train.build import make_codec, run_data
+    from agentfly_train.data import run_data
     from agentfly_train.generation.base import GENERATION_BACKENDS, backend_of
-    from agentfly_train.models import policy_tokenizer
+    from agentfly_train.models import make_codec, policy_tokenizer
     from agentfly_train.trl_args import batch_layout
 
     layout = batch_layout(config, world_size)

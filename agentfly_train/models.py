@@ -1,16 +1,22 @@
-"""Loading the policy model and tokenizer named by the configuration, and its chat template."""
+"""Loading the policy model and tokenizer named by the configuration, its chat template, and the chat codec the
+run talks to its env with (:func:`make_codec`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import TINY_QWEN3_VL_MODEL, TINY_VL_MODEL, TrainConfig
 from agentfly_train.tiny_policies import TINY_POLICIES
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from agentfly_train.rollout import ChatCodec
 
 
 def resolve_chat_template(template: str | None) -> str | None:
@@ -201,3 +207,35 @@ def lora_config(config: TrainConfig) -> Any:
         target_modules=model_config.target_modules,
         task_type="CAUSAL_LM",
     )
+
+
+def make_codec(config: TrainConfig, tokenizer: Any, env: gym.Env, sample_task: dict[str, Any]) -> ChatCodec:
+    """The chat codec for the env's tools and format, checked on a sample episode (the task's golden episode, after a
+    call of the env's first tool where it calls none; :func:`~agentfly_train.chat_templates.choice.choose_codec`).
+
+    A run whose env shows screenshots gets the policy's image inputs (:func:`policy_images`).
+
+    Raises:
+        ConfigError: the env shows screenshots to a model that cannot see them, or the sample episode cannot be
+            played (:func:`~agentfly_train.startup_episode.play_startup_episode`), or the template cannot serve the
+            run (one line naming ``agent.template`` or ``agent.agent_type``), or the task's prompt and the
+            completion budget do not fit ``rollout.max_model_len``.
+    """
+    from agentfly_envs.contract import env_contract
+    from agentfly_train.chat_templates.choice import choose_codec
+    from agentfly_train.startup_episode import play_startup_episode
+
+    images = policy_images(config, tokenizer)
+    rollout = config.actor_rollout_ref.rollout
+    contract = env_contract(env)
+    info, steps = play_startup_episode(env, contract, config.env_id, sample_task, rollout.env_step_timeout)
+    drop = config.agent.past_reasoning == "drop"
+    kwargs = config.agent.chat_template_kwargs
+    codec = choose_codec(tokenizer, info["tools"], contract.parser, kwargs, info["messages"], steps, drop, images)
+    prompt = len(codec.prompt_ids(info["messages"]))
+    if rollout.max_model_len is not None and prompt + rollout.response_length > rollout.max_model_len:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.max_model_len={rollout.max_model_len} cannot hold a prompt of the data "
+            f"({prompt} tokens) and rollout.response_length={rollout.response_length}: raise max_model_len"
+        )
+    return codec

@@ -18,21 +18,23 @@ in 15 of 16, at the same number of steps).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import random
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 
-from agentfly_envs.contract import env_contract
+from agentfly_envs.contract import TrainableEnv, env_contract
 from agentfly_envs.demonstrations import golden_answer
 from agentfly_envs.parsers import Action
 from agentfly_train.config.schema import SFTWarmupConfig
-from agentfly_train.generation import Generation
-from agentfly_train.rollout import ChatCodec, RolloutBudgets, Trajectory, row_images, training_rows
-from agentfly_train.rollout.episode import record_turn, rewrites_context, start_episode, step_env
+from agentfly_train.rollout import ChatCodec, RolloutBudgets
+from agentfly_train.rollout.episode import play_turns, supervised_rows
 from agentfly_train.vision import ImageInputs
 
 
@@ -47,10 +49,10 @@ def golden_token_rows(
 ) -> list[dict[str, list[Any]]]:
     """Tokenised demonstrations: golden episodes, and optionally guesses.
 
-    Each demonstration is played through the rollout's own episode logic (:func:`~agentfly_train.rollout.episode.
-    start_episode`, :func:`~agentfly_train.rollout.episode.record_turn`), its assistant turns standing for sampled
-    ones, so its rows are those RL trains on: screenshots expanded to their placeholder tokens (never trained), and,
-    where the rollout rewrites the context between turns (past reasoning dropped, screenshots beyond ``max_images``),
+    Each demonstration is played through the rollout's own episode logic as a scripted episode
+    (:func:`~agentfly_train.rollout.episode.play_turns`), its assistant turns standing for sampled ones, so its rows
+    are those RL trains on: screenshots expanded to their placeholder tokens (never trained), and, where the rollout
+    rewrites the context between turns (past reasoning dropped, screenshots beyond ``max_images``),
     one row per turn in the context the turn would have been sampled in
     (:func:`~agentfly_train.rollout.training_rows`).
 
@@ -76,52 +78,60 @@ def golden_token_rows(
         (a task's turns in order where each turn is a row); with a vision-language codec also ``images``, the
         row's images in the order of their placeholder tokens (PIL images).
     """
-    demonstrator = env_contract(env)
     rng = random.Random(seed)
     guessed = set(rng.sample(range(len(tasks)), round(guess_fraction * len(tasks))))
-    answers = [golden_answer(demonstrator.tasks, task) for task in tasks] if guessed else []
+    contract = env_contract(env)
+    answers = [golden_answer(contract.tasks, task) for task in tasks] if guessed else []
+    demonstrator = _Demonstrator(contract, codec, rng, guessed, answers, wrong_guesses)
     budgets = RolloutBudgets(max_turns=sys.maxsize, max_tokens_per_turn=sys.maxsize, response_length=sys.maxsize,
                              max_images=max_images)  # fmt: skip
-    per_turn = rewrites_context(codec, max_images)
     rows = []
     for index, task in enumerate(tasks):
-        trajectory = start_episode(env, task, codec, max_images)
-        if trajectory.excluded:  # its reset met an infrastructure failure
-            continue
-        guess = None
-        if index in guessed and answers[index] is not None:
-            if wrong_guesses:
-                wrong = [answer for answer in answers if answer is not None and answer != answers[index]]
-                guess = rng.choice(wrong) if wrong else None
-            else:
-                guess = answers[(index + rng.randrange(1, len(tasks))) % len(tasks)]
-        actions = [demonstrator.answer_action(guess)] if guess is not None else demonstrator.golden_actions()
-        for action in actions:
-            ids, mask = _assistant_turn(codec, action, None if wrong_guesses else guess)
-            turn = Generation(ids, [0.0] * len(ids), stopped=True)
-            going = record_turn(trajectory, env, turn, action, step_env(env, action), codec, budgets)
-            span = trajectory.turn_spans[-1]
-            trajectory.env_mask[span.start : span.end] = mask  # the demonstrator's choice of the trained tokens
-            if not going:
-                break
-        if not trajectory.excluded:  # a demonstration cut short by an infrastructure failure teaches nothing
-            rows += _demonstration_rows(trajectory, per_turn, codec.images is not None)
+        trajectory = play_turns(env, task, codec, functools.partial(demonstrator.turns, index), budgets)
+        if not trajectory.excluded:  # a demonstration that met an infrastructure failure teaches nothing
+            rows += supervised_rows(trajectory, codec, max_images)
     return rows
 
 
-def _demonstration_rows(trajectory: Trajectory, per_turn: bool, with_images: bool) -> list[dict[str, list[Any]]]:
-    """A demonstrated episode's rows as :func:`golden_token_rows` returns them, from the rollout's
-    :func:`~agentfly_train.rollout.training_rows` and :func:`~agentfly_train.rollout.row_images`."""
-    turns = len(trajectory.turn_spans) if per_turn else None
-    rollout_rows = training_rows([trajectory], turns)
-    images = row_images([trajectory], turns)
-    rows = []
-    for n, (prompt, completion, mask) in enumerate(
-        zip(rollout_rows["prompt_ids"], rollout_rows["completion_ids"], rollout_rows["env_mask"], strict=True)
-    ):
-        row = {"input_ids": [*prompt, *completion], "assistant_masks": [0] * len(prompt) + list(mask)}
-        rows.append(row | {"images": images[n]} if with_images else row)
-    return rows
+@dataclass
+class _Demonstrator:
+    """The demonstrator of :func:`golden_token_rows`: in each task's episode, once its env is reset, the task's golden
+    actions, or a guessed answer at once (drawn from ``rng`` then, in task order).
+
+    Attributes:
+        contract: The env's contract (its golden actions, and its parser's answer turn).
+        codec: The rollout's chat-template codec.
+        rng: Draws the guesses.
+        guessed: The indices of the tasks answered with a guess.
+        answers: Each task's golden answer (``None``: it has none, and is demonstrated in full).
+        wrong_guesses: Guess only answers that differ from the task's own, and train on them.
+    """
+
+    contract: TrainableEnv
+    codec: ChatCodec
+    rng: random.Random
+    guessed: set[int]
+    answers: list[str | None]
+    wrong_guesses: bool
+
+    def turns(self, index: int) -> list[tuple[Action, list[int], list[int]]]:
+        """The turns of task ``index``, each action with its tokens and loss mask (:func:`_assistant_turn`; a guess
+        the model must not copy is masked out of it)."""
+        guess = self._guess(index)
+        actions = [self.contract.answer_action(guess)] if guess is not None else self.contract.golden_actions()
+        masked = None if self.wrong_guesses else guess
+        return [(action, *_assistant_turn(self.codec, action, masked)) for action in actions]
+
+    def _guess(self, index: int) -> str | None:
+        """The answer task ``index`` is guessed with (``None``: demonstrated in full): the golden answer of another
+        task, or with ``wrong_guesses`` one that differs from its own."""
+        answers = self.answers
+        if index not in self.guessed or answers[index] is None:
+            return None
+        if self.wrong_guesses:
+            wrong = [answer for answer in answers if answer is not None and answer != answers[index]]
+            return self.rng.choice(wrong) if wrong else None
+        return answers[(index + self.rng.randrange(1, len(answers))) % len(answers)]
 
 
 def _assistant_turn(codec: ChatCodec, action: Action, masked: str | None) -> tuple[list[int], list[int]]:
@@ -266,9 +276,9 @@ def warm_start_on_demonstrations(
     tasks: Sequence[Mapping[str, Any]],
     sft: SFTWarmupConfig,
     *,
-    output_dir: str,
     use_cpu: bool,
     seed: int,
+    output_dir: str | None = None,
     bf16: bool = False,
     max_images: int | None = None,
 ) -> tuple[Any, float]:
@@ -283,9 +293,9 @@ def warm_start_on_demonstrations(
         codec: The rollout's chat-template codec.
         tasks: The demonstrated task rows.
         sft: The ``sft`` config section.
-        output_dir: Scratch directory for TRL (nothing is saved).
         use_cpu: Train on CPU.
         seed: Seed of the guesses, the data order and dropout.
+        output_dir: Scratch directory for TRL (nothing is saved; ``None``: a temporary one).
         bf16: bfloat16 mixed precision.
         max_images: The rollout's cap on images in an episode's context (``agent.max_images``).
 
@@ -302,13 +312,15 @@ def warm_start_on_demonstrations(
     golden_schedule = "constant_with_warmup" if rest else sft.lr_scheduler_type
     phases = [(0.0, golden_steps, golden_schedule), (sft.guess_fraction, rest, sft.lr_scheduler_type)]
     total = 0.0
-    for guess_fraction, steps, schedule in phases:
-        if steps:
-            rows = golden_token_rows(env, codec, tasks, guess_fraction, seed, max_images=max_images)
-            loss = warm_start(model, tokenizer, rows, steps=steps, lr=sft.lr, batch_size=sft.batch_size,
-                              output_dir=output_dir, use_cpu=use_cpu, seed=seed, bf16=bf16,
-                              lr_scheduler_type=schedule, warmup_ratio=sft.warmup_ratio,
-                              images=codec.images)  # fmt: skip
-            total += loss * steps
-            model = unsharded_copy(model)  # collective under FSDP2: every process runs the same phases
+    scratch = tempfile.TemporaryDirectory() if output_dir is None else contextlib.nullcontext(output_dir)
+    with scratch as scratch_dir:
+        for guess_fraction, steps, schedule in phases:
+            if steps:
+                rows = golden_token_rows(env, codec, tasks, guess_fraction, seed, max_images=max_images)
+                loss = warm_start(model, tokenizer, rows, steps=steps, lr=sft.lr, batch_size=sft.batch_size,
+                                  output_dir=scratch_dir, use_cpu=use_cpu, seed=seed, bf16=bf16,
+                                  lr_scheduler_type=schedule, warmup_ratio=sft.warmup_ratio,
+                                  images=codec.images)  # fmt: skip
+                total += loss * steps
+                model = unsharded_copy(model)  # collective under FSDP2: every process runs the same phases
     return model, total / sft.steps

@@ -4,24 +4,26 @@ hangs, or an infrastructure failure, stops the run in one line instead of stalli
 
 from __future__ import annotations
 
-from typing import Any, SupportsFloat
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import gymnasium as gym
 
-from agentfly_envs.contract import env_contract
 from agentfly_envs.errors import AgentflyError
 from agentfly_envs.runtime import LocalEnvPool
 from agentfly_train.config.errors import ConfigError
 
+if TYPE_CHECKING:
+    from agentfly_envs.contract import TrainableEnv
+
 
 def play_startup_episode(
-    env: gym.Env, env_id: str, sample_task: dict[str, Any], timeout: float
+    env: gym.Env, contract: TrainableEnv, env_id: str, sample_task: dict[str, Any], timeout: float
 ) -> tuple[dict[str, Any], list[tuple[Any, list[dict[str, Any]]]]]:
-    """The sample episode of :func:`~agentfly_train.build.make_codec`: ``env`` (of ``env_id``) reset to
-    ``sample_task`` and stepped through the task's golden actions (after a call of the first tool,
-    :func:`_probe_call`, where they call none), each reset and step waited on for ``timeout`` seconds
-    (``actor_rollout_ref.rollout.env_step_timeout``) as the rollouts' ``local`` runtime does
-    (:class:`_StartupEnvPool`).
+    """The sample episode of :func:`~agentfly_train.models.make_codec`: ``env`` (of ``env_id``; ``contract``, its
+    :func:`~agentfly_envs.contract.env_contract`) reset to ``sample_task`` and stepped through the task's golden
+    actions (after a call of the first tool, :func:`_probe_call`, where they call none), each reset and step waited
+    on for ``timeout`` seconds (``actor_rollout_ref.rollout.env_step_timeout``) as the rollouts' ``local`` runtime
+    does (:class:`_StartupEnvPool`).
 
     Returns:
         The reset's info, and each step's ``(action, messages)`` (no messages for the step that ends the episode).
@@ -31,7 +33,6 @@ def play_startup_episode(
     """
     timed = _StartupEnvPool(env_id, env, timeout).take(1)[0]
     _, info = timed.reset(options={"task": sample_task})
-    contract = env_contract(env)
     parser = contract.parser
     try:
         actions = contract.golden_actions()

@@ -37,9 +37,13 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
         The :class:`RunResult` (also saved as ``result.json`` in the run directory).
     """
     from agentfly_train.build import prepare_run
+    from agentfly_train.config.loading import load_user_code
+    from agentfly_train.run_claim import claim_run_dir
 
-    prepared = prepare_run(config)
-    with prepared.lock:  # the run directory stays this run's until it has written its last file
+    load_user_code(config)  # loaded already where the configuration was read; not on a Ray Train worker
+    # The run directory is this run's (locked, and holding no other run) until it has written its last file.
+    with claim_run_dir(config.trainer, json.loads(json.dumps(asdict(config)))):  # as its config.json holds it
+        prepared = prepare_run(config)
         return _run_prepared(prepared, show_progress)
 
 
@@ -68,6 +72,7 @@ def _train_and_validate(prepared: PreparedRun, show_progress: bool) -> None:
     from agentfly_train.callbacks import AgentCallback
 
     trainer, settings, checkpoint, result = prepared.trainer, prepared.settings, prepared.checkpoint, prepared.result
+    saved = _trainer_state(checkpoint) if checkpoint is not None else None
     callback = AgentCallback(
         trainer,
         settings.test_freq,
@@ -75,8 +80,7 @@ def _train_and_validate(prepared: PreparedRun, show_progress: bool) -> None:
         show_progress,
         settings.max_ckpt_to_keep,
     )
-    _replace_console_callbacks(trainer, callback)
-    saved = _trainer_state(checkpoint) if checkpoint is not None else None
+    callback.replace_console_callbacks()
     if saved is not None and saved.global_step >= trainer.args.max_steps:
         # Killed after its last step: finish, train no more (Trainer.train() would take one more step).
         trainer.finish_from_checkpoint(checkpoint, saved)
@@ -119,11 +123,3 @@ def _trainer_state(checkpoint: str) -> Any:
 
 def _val_metrics(record: dict[str, Any]) -> dict[str, float]:
     return {key: value for key, value in record.items() if key.startswith("val/")}
-
-
-def _replace_console_callbacks(trainer: Any, callback: Any) -> None:
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    for console in (PrinterCallback, ProgressCallback):
-        trainer.remove_callback(console)
-    trainer.add_callback(callback)

@@ -186,15 +186,19 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
 
     actor, rollout, trainer = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout, config.trainer
     layout = batch_layout(config, world_size)
-    dtype = policy_dtype(config.actor_rollout_ref.model.dtype, device)
     steps = trainer.total_training_steps
     save = trainer.save_freq > 0
     if actor.fsdp_config.param_offload or actor.fsdp_config.optimizer_offload or _ref_offload(config):
         os.environ["FSDP_OFFLOAD_PARAMS"] = "true"  # read by Accelerate's FSDP plugin when the trainer builds it
+    targets = report_to(config)
+    group = _checked_group_size(config, layout.micro_batch * world_size * layout.steps_per_generation)
+    beta = reference_beta(config)
+    checkpointing = checkpointing_argument(GRPOConfig, config.actor_rollout_ref.model.enable_gradient_checkpointing)
+    dtype = policy_dtype(config.actor_rollout_ref.model.dtype, device)
     args = GRPOConfig(
         output_dir=trainer.default_local_dir,
         run_name=trainer.experiment_name,
-        report_to=report_to(config),
+        report_to=targets,
         seed=trainer.seed,
         data_seed=trainer.seed,
         use_cpu=device == "cpu",
@@ -208,7 +212,7 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
         per_device_train_batch_size=layout.micro_batch,
         gradient_accumulation_steps=layout.grad_accum,
         steps_per_generation=layout.steps_per_generation,
-        num_generations=_checked_group_size(config, layout.micro_batch * world_size * layout.steps_per_generation),
+        num_generations=group,
         num_iterations=actor.ppo_epochs,
         max_steps=steps * layout.optimizer_steps_per_rollout if steps else -1,
         num_train_epochs=trainer.total_epochs,
@@ -216,8 +220,8 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
         temperature=max(rollout.temperature, 1e-6),
         top_p=rollout.top_p,
         top_k=max(rollout.top_k, 0),
-        beta=reference_beta(config),
-        **checkpointing_argument(GRPOConfig, config.actor_rollout_ref.model.enable_gradient_checkpointing),
+        beta=beta,
+        **checkpointing,
         shuffle_dataset=config.data.shuffle,
         logging_steps=1,
         save_strategy="steps" if save else "no",

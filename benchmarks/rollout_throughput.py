@@ -53,10 +53,10 @@ def main() -> None:
     import agentfly_envs  # noqa: F401
     from agentfly_envs.adapters.trl import make_trl_environment, trl_dataset_rows
     from agentfly_envs.runtime import LocalEnvPool
-    from agentfly_train.build import make_codec
     from agentfly_train.config import QUICKSTART, load_config
     from agentfly_train.data import trl_dataset
     from agentfly_train.generation import SamplingParams
+    from agentfly_train.models import make_codec
     from agentfly_train.rollout import AgentRollout, RolloutBudgets
     from agentfly_train.sft import golden_token_rows, warm_start
     from agentfly_train.tiny_model import build_model, build_tokenizer

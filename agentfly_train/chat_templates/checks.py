@@ -67,22 +67,20 @@ def checked_codec(
         steps: Its actions and the env's messages after each.
     """
     read_calls = _call_reader(parser)
-    codec = make_codec(None)
-    try:
-        _check_episode(codec, opening, steps, read_calls)
-        return codec
-    except RoundTripError as error:
-        raise ConfigError(f"agent.template: {error}{_metaspace_hint(tokenizer)}") from None
-    except TemplateError as error:
-        training = training_template(tokenizer, match)
-        if training is None:
-            raise ConfigError(f"agent.template: {error}; TRL has no training variant of this template") from None
-    codec = make_codec(training)
-    try:
-        _check_episode(codec, opening, steps, read_calls)
-    except TemplateError as again:
-        raise ConfigError(f"agent.template: {again} (TRL's training variant of {match.trl_name})") from None
-    return codec
+    training = None  # the tokenizer's template first, then TRL's training variant of it
+    while True:
+        codec = make_codec(training)
+        try:
+            _check_episode(codec, opening, steps, read_calls)
+            return codec
+        except TemplateError as error:
+            if training is not None:
+                raise ConfigError(f"agent.template: {error} (TRL's training variant of {match.trl_name})") from None
+            if isinstance(error, RoundTripError):
+                raise ConfigError(f"agent.template: {error}{_metaspace_hint(tokenizer)}") from None
+            training = training_template(tokenizer, match)
+            if training is None:
+                raise ConfigError(f"agent.template: {error}; TRL has no training variant of this template") from None
 
 
 def _call_reader(parser: Parser) -> Callable[[Action], list[tuple[str, Any]]]:

@@ -50,7 +50,6 @@ from agentfly_train.config.loading import (
     resolve_config_file,
 )
 from agentfly_train.config.schema import (
-    AGENT_TYPES,
     FILES_ENV,
     LOGGERS,
     RESUME_MODES,
@@ -79,7 +78,6 @@ from agentfly_train.config.validation import (
 )
 
 __all__ = [
-    "AGENT_TYPES",
     "CHECK",
     "DTYPES",
     "FILES_ENV",

@@ -40,9 +40,6 @@ TINY_QWEN3_VL_MODEL = "agentfly:tiny-qwen3-vl"
 """``actor_rollout_ref.model.path`` value that builds a tiny Qwen3-VL-architecture model, tokenizer and image
 processor (no download); :data:`agentfly_train.tiny_model.TINY_POLICIES` maps each tiny name to its builders."""
 
-AGENT_TYPES = {"hf": "tool_calls", "hermes": "hermes", "react": "react", "code": "code", "gui": "gui"}
-"""``agent.agent_type`` -> the env parser that reads the model's turns (``hf``: the trainer reads the chat template's
-own tool-call format and hands the env structured calls, :mod:`agentfly_train.chat_templates.families`)."""
 LOGGERS = ("console", "wandb", "tensorboard")
 RESUME_MODES = ("auto", "disable", "resume_path")
 SFT_SCHEDULES = ("linear", "cosine", "constant")
@@ -64,7 +61,9 @@ class AgentConfig:
             written as its chat template renders calls: Qwen's ``<tool_call>`` JSON, Llama 3.1's bare JSON, gpt-oss's
             commentary channel...), ``hermes`` (``<tool_call>`` JSON blocks whatever the template), ``react``,
             ``code`` (formats the system prompt describes, with the tools) or ``gui`` (GUI agents' actions, UI-TARS's
-            ``Action: click(start_box='(x,y)')`` or Qwen2.5-VL's ``computer_use`` calls, for the web envs).
+            ``Action: click(start_box='(x,y)')`` or Qwen2.5-VL's ``computer_use`` calls, for the web envs): a name
+            in the env parsers (``hf`` names the ``tool_calls`` parser: the trainer reads the chat template's own
+            tool calls and hands the env structured calls, :mod:`agentfly_train.chat_templates.families`).
         tools: Tool names replacing the env's defaults (``google_search`` is our ``search`` under AgentFly's
             name); ``null`` keeps the env's (``[calculator]`` for an env built from files).
         model_name_or_path: Alias of ``actor_rollout_ref.model.path`` (AgentFly's spelling).
@@ -102,7 +101,7 @@ class AgentConfig:
     env: str | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     tool_options: dict[str, Any] = field(default_factory=dict)
-    agent_type: str = setting("hf", OneOf(tuple(AGENT_TYPES)))
+    agent_type: str = setting("hf", Registered("agentfly_envs.parsers:PARSERS"))
     tools: list[str] | None = setting(None, Registered("agentfly_envs.tools:TOOLS"))
     model_name_or_path: str | None = None
     template: str | None = None

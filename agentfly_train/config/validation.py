@@ -310,3 +310,17 @@ def ignored_settings(config: TrainConfig, world_size: int = 1) -> list[str]:
             "recomputed in chunks of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
         )
     return notes
+
+
+def check_launch(trainer: TrainerConfig, world_size: int, device: str) -> None:
+    """Checks that a GPU launch has ``trainer.nnodes * trainer.n_gpus_per_node`` processes.
+
+    Raises:
+        ConfigError: the launch has another number of processes (says how to launch instead).
+    """
+    expected = trainer.nnodes * max(trainer.n_gpus_per_node, 1)
+    if device == "cuda" and expected != world_size:
+        raise ConfigError(
+            f"trainer.nnodes * trainer.n_gpus_per_node = {expected} but the launch has {world_size} processes; "
+            "launch with accelerate launch --num_processes / --num_machines to match"
+        )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -259,15 +259,16 @@ def play_turns(
     env: gym.Env,
     task: Mapping[str, Any],
     codec: ChatCodec,
-    turns: Sequence[tuple[Action, list[int], list[int]]],
+    script: Callable[[], Sequence[tuple[Action, list[int], list[int]]]],
     budgets: RolloutBudgets,
 ) -> Trajectory:
-    """A scripted episode (a demonstration): ``env`` reset into ``task`` (:func:`start_episode`), then each turn,
+    """A scripted episode (a demonstration): ``env`` reset into ``task`` (:func:`start_episode`), then each turn
+    ``script()`` gives once the env is reset (a demonstrator's golden actions are its current task's), as
     ``(action, its token ids, their env_mask)``, stepped and recorded as a sampled one would be (:func:`step_env`,
     :func:`record_turn`; the mask says which of its tokens are trained) until the episode ends. A reset that met an
-    infrastructure failure ends it at once (:attr:`Trajectory.excluded`)."""
+    infrastructure failure ends it at once (:attr:`Trajectory.excluded`), unscripted."""
     trajectory = start_episode(env, task, codec, budgets.max_images)
-    for action, ids, mask in () if trajectory.excluded else turns:
+    for action, ids, mask in () if trajectory.excluded else script():
         stepped = step_env(env, action)
         going = record_turn(trajectory, env, Generation(ids, [0.0] * len(ids), stopped=True), action, stepped, codec,
                             budgets)  # fmt: skip
@@ -424,6 +425,23 @@ def row_images(trajectories: Sequence[Trajectory], turns: int | None = None) -> 
             continue
         spans = t.turn_spans[:turns]
         rows += [span.images for span in spans] + [t.turn_spans[0].images] * (turns - len(spans))
+    return rows
+
+
+def supervised_rows(trajectory: Trajectory, codec: ChatCodec, max_images: int | None) -> list[dict[str, list[Any]]]:
+    """A demonstrated episode's rows for supervised training, those RL would train on (:func:`training_rows`: a row per
+    turn where the context is rewritten between turns, :func:`rewrites_context`), each prompt and completion as one
+    sequence: ``input_ids``, and ``assistant_masks`` (0 on the prompt, the completion's ``env_mask``); with a
+    vision-language codec also ``images``, the row's images (:func:`row_images`)."""
+    turns = len(trajectory.turn_spans) if rewrites_context(codec, max_images) else None
+    rollout_rows = training_rows([trajectory], turns)
+    images = row_images([trajectory], turns)
+    rows = []
+    for n, (prompt, completion, mask) in enumerate(
+        zip(rollout_rows["prompt_ids"], rollout_rows["completion_ids"], rollout_rows["env_mask"], strict=True)
+    ):
+        row = {"input_ids": [*prompt, *completion], "assistant_masks": [0] * len(prompt) + list(mask)}
+        rows.append(row | {"images": images[n]} if codec.images is not None else row)
     return rows
 
 

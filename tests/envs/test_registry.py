@@ -86,4 +86,6 @@ def test_an_alias_names_an_entry_without_listing_it_twice():
         registry.add("hf", "another")
     with pytest.raises(UnknownNameError, match="thing 'nothing' is not registered"):
         registry.add_alias("x", "nothing")
+    with pytest.raises(UnknownNameError, match=r"did you mean 'hf'\? Known: tool_calls \(also hf\)\."):
+        registry.get("hff")
     assert PARSERS.get("hf") is PARSERS.get("tool_calls")  # AgentFly's agent_type=hf

@@ -85,8 +85,8 @@ def warm_start_policy(steps: int, num_tasks: int, guess_fraction: float, directo
     that share of them wrong guesses without the calculator. The ``warm_policies`` fixture builds each once."""
     import gymnasium as gym
 
-    from agentfly_train.build import env_kwargs, make_codec, train_rows
-    from agentfly_train.models import load_policy
+    from agentfly_train.data import env_kwargs, train_rows
+    from agentfly_train.models import load_policy, make_codec
     from agentfly_train.sft import golden_token_rows, warm_start
 
     config = quickstart_config([*learning_tasks(num_tasks), f"sft.steps={steps}", "sft.lr=3e-3"])

@@ -8,8 +8,8 @@ import pytest
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.parsers import get_parser
 from agentfly_envs.spaces import TextSpace
-from agentfly_train.build import make_env
 from agentfly_train.config import ConfigError, load_config
+from agentfly_train.data import make_env
 
 ENV_ID = "test/NoAnswerAction"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-from agentfly_train.build import env_kwargs, make_codec, train_rows
 from agentfly_train.config import ConfigError
-from agentfly_train.models import load_policy
+from agentfly_train.data import env_kwargs, train_rows
+from agentfly_train.models import load_policy, make_codec
 from agentfly_train.sft import golden_token_rows
 from tests.helpers.runs import quickstart_config
 

@@ -371,7 +371,8 @@ def test_dropping_past_reasoning_where_it_cannot_apply_is_one_config_error():
 
 
 def test_a_prompt_the_engine_cannot_hold_is_one_config_error():
-    from agentfly_train.build import make_codec, make_env
+    from agentfly_train.data import make_env
+    from agentfly_train.models import make_codec
     from tests.helpers.runs import quickstart_config
 
     config = quickstart_config(["agent.agent_type=hf", "actor_rollout_ref.rollout.max_model_len=300"])

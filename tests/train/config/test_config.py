@@ -215,7 +215,7 @@ def test_agentfly_init_args_spelling_is_accepted_on_the_command_line_and_in_yaml
         ("actor_rollout_ref.actor.optim.learning_rate=1", "actor_rollout_ref.actor.optim.lr"),
         ("trainer.totl_training_steps=3", "trainer.total_training_steps"),
         ("agent.num_chains=many", "agent.num_chains"),
-        ("agent.agent_type=json", "agent.agent_type='json' is not one of"),
+        ("agent.agent_type=json", "agent.agent_type: parser 'json' is not registered"),
         ("agent.env=agentfly/GSM8K-Calcc", "did you mean 'agentfly/GSM8K-Calc'"),
         ("algorithm.adv_estimator=grpoo", "did you mean 'grpo'"),
         ("trainer.resume_mode=latest", "trainer.resume_mode"),
@@ -587,7 +587,7 @@ def test_the_vllm_install_hint_is_ci_runs_recipe():
 
 def test_user_code_keys_load_before_the_check_and_fail_in_one_line_naming_the_key(tmp_path, monkeypatch):
     from agentfly_envs import REWARDS, user_code
-    from agentfly_train.build import env_kwargs
+    from agentfly_train.data import env_kwargs
 
     monkeypatch.setattr(REWARDS, "_entries", dict(REWARDS._entries))
     monkeypatch.setattr(user_code, "_LOADED_REWARDS", {})

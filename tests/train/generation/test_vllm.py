@@ -121,7 +121,8 @@ def episodes(tiny):
     """(envs factory, the 8 task rows, codec, budgets) of the warm policy's task set."""
     import gymnasium as gym
 
-    from agentfly_train.build import env_kwargs, make_codec, train_rows
+    from agentfly_train.data import env_kwargs, train_rows
+    from agentfly_train.models import make_codec
     from agentfly_train.rollout import RolloutBudgets
     from tests.helpers.runs import learning_tasks, quickstart_config
 

@@ -96,8 +96,8 @@ def policy(policy_dir):
     import gymnasium as gym
     from transformers import AutoModelForCausalLM
 
-    from agentfly_train.build import env_kwargs, make_codec, train_rows
-    from agentfly_train.models import load_tokenizer
+    from agentfly_train.data import env_kwargs, train_rows
+    from agentfly_train.models import load_tokenizer, make_codec
 
     tokenizer = load_tokenizer(str(policy_dir))
     model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32).eval()
@@ -217,7 +217,7 @@ def test_an_async_run_killed_after_a_checkpoint_resumes_with_no_prompt_repeated_
     checkpoint 2; the same command resumes from it. The prompts the generator had started and not trained at the
     checkpoint (their episodes in flight or waiting) are played again: each is trained after the resume or still
     pending at the end, and no prompt is trained twice."""
-    from agentfly_train.build import make_env, train_rows
+    from agentfly_train.data import make_env, train_rows
     from agentfly_train.trainer.checkpointing import SCHEDULE_STATE_FILE
 
     settings = [*SERVER_RUN[3:], "data.val_size=0", "async_training.enable=true",

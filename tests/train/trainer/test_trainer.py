@@ -14,8 +14,9 @@ from transformers import set_seed
 from trl import GRPOTrainer
 
 from agentfly_train.batch import loss_mask, outcome_rewards, sequences
-from agentfly_train.build import env_kwargs, make_codec, make_trainer, train_rows
-from agentfly_train.models import load_policy
+from agentfly_train.build import make_trainer
+from agentfly_train.data import env_kwargs, train_rows
+from agentfly_train.models import load_policy, make_codec
 from agentfly_train.trl_args import grpo_config
 from tests.helpers.runs import LEARNING_TASKS, quickstart_config
 
