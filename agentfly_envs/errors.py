@@ -55,6 +55,12 @@ class InfrastructureError(AgentflyError, RuntimeError):
     """
 
 
+class WorldStartError(WorldUnavailableError, InfrastructureError):
+    """A world's simulator did not start this time (its JVM died or hung while starting): at a run's start it stops
+    the run as an unavailable world does; at an episode's reset during training it is an infrastructure failure, and
+    the episode is replayed or left out."""
+
+
 class EnvContractError(AgentflyError, TypeError):
     """An env lacks a member of the env contract (:class:`agentfly_envs.contract.TrainableEnv`): what the trainer
     needs from it beyond Gymnasium's API."""

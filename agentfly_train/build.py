@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentfly_envs.errors import InfrastructureError
 from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnvError
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import TrainConfig, TrainerConfig
 from agentfly_train.data import (
     env_kwargs,
+    opening_prompt,
     run_data,
     trl_dataset,
 )
@@ -163,7 +163,7 @@ def assemble_trainer(
     from agentfly_train.trainer.schedules import build_schedule
 
     agent = agent_rollout(config, codec, env_kwargs(config), settings.async_episodes)
-    dataset = trl_dataset(train_tasks, lambda row: codec.render(_opening(agent.pool, row), add_generation_prompt=True))
+    dataset = trl_dataset(train_tasks, opening_prompt(codec, agent.pool))
     critic_model = kl_ctrl = None
     if settings.critic is not None:
         trust_remote_code = config.actor_rollout_ref.model.trust_remote_code
@@ -189,16 +189,6 @@ def assemble_trainer(
         peft_config=settings.peft,
         schedule=schedule,
     )
-
-
-def _opening(pool: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
-    """The opening messages of ``row``'s episode, for TRL's ``prompt`` column (its logs; the rollouts reset their
-    own envs); the task row as text when the env's reset meets an infrastructure failure (a dead server)."""
-    try:
-        _, info = pool.take(1)[0].reset(options={"task": row})
-    except InfrastructureError:
-        return [{"role": "user", "content": json.dumps(row)}]
-    return info["messages"]
 
 
 @dataclass

@@ -3,21 +3,33 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.contract import check_env_contract, env_contract
-from agentfly_envs.errors import AgentflyError, EnvContractError, TaskFormatError, ToolDefinitionError
+from agentfly_envs.errors import (
+    AgentflyError,
+    EnvContractError,
+    InfrastructureError,
+    TaskFormatError,
+    ToolDefinitionError,
+)
+from agentfly_envs.parsers import PARSERS
 from agentfly_envs.runtime import RemoteEnvError
 from agentfly_envs.tasks.files import load_rows
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import TrainConfig
+
+if TYPE_CHECKING:
+    from agentfly_envs.runtime import EnvPool
+    from agentfly_train.rollout.codec import ChatCodec
 
 ENV_VAL_SIZE = 256
 """Validation rows taken from an env's own task source (which may generate thousands) when ``data.val_size`` is
@@ -48,7 +60,7 @@ def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         **config.env_source_kwargs,
         **agent.env_kwargs,
-        "parser": agent.agent_type,
+        "parser": PARSERS.canonical(agent.agent_type),  # hf: the tool_calls parser
         "max_turns": agent.turns,
     }
     files = config.data.val_files if validation else config.data.train_files
@@ -255,6 +267,22 @@ class PromptColumn:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (str, (self.token,))
+
+
+def opening_prompt(codec: ChatCodec, pool: EnvPool) -> Callable[[dict[str, Any]], str]:
+    """A row's rendered opening (its episode's first messages, reset on an env of ``pool``, through ``codec``'s
+    template with the generation prompt), for TRL's ``prompt`` column (:func:`trl_dataset`; its logs, the rollouts
+    reset their own envs): the task row as text when the reset meets an infrastructure failure (a dead server)."""
+    return functools.partial(_render_opening, codec, pool)
+
+
+def _render_opening(codec: ChatCodec, pool: EnvPool, row: dict[str, Any]) -> str:
+    try:
+        _, info = pool.take(1)[0].reset(options={"task": row})
+        messages = info["messages"]
+    except InfrastructureError:
+        messages = [{"role": "user", "content": json.dumps(row)}]
+    return codec.render(messages, add_generation_prompt=True)
 
 
 def trl_dataset(rows: Sequence[Mapping[str, Any]], render_prompt: Callable[[dict[str, Any]], str]) -> Any:

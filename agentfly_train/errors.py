@@ -8,3 +8,15 @@ def error_summary(error: BaseException, limit: int = 400) -> str:
     text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
     text = text if len(text) <= limit else text[: limit - 3] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training (or the validation and saving after it).
+
+    Args:
+        step: The (optimiser) step under way, 1-based.
+    """
+
+    def __init__(self, step: int) -> None:
+        super().__init__(step)
+        self.step = step

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from agentfly_envs.errors import WorldUnavailableError
+from agentfly_envs.errors import WorldStartError, WorldUnavailableError
 from agentfly_envs.worlds.base import World, WorldCommandError, WorldCrashedError, WorldState
 
 JAVA_HINT = "install a Java runtime, e.g. apt-get install default-jre-headless"
@@ -136,7 +136,7 @@ class JavaWorld(World):
             gateway = JavaGateway(gateway_parameters=parameters, java_process=process)
             session = self._open_session(gateway)
         except Exception as e:  # py4j reports a JVM that fails to start in several ways
-            raise WorldUnavailableError(f"the {self.label} JVM did not start: {first_line(e)}") from None
+            raise WorldStartError(f"the {self.label} JVM did not start: {first_line(e)}") from None
         return JVM(gateway, process, session, os.getpid())
 
     def _call(self, command: str, call: Callable[[Any], T]) -> T:

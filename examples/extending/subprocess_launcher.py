@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from agentfly_train.config import TrainConfig
 from agentfly_train.launchers import LAUNCHERS, Launcher, LaunchError
-from agentfly_train.train import RESULT_FILE, RunResult
+from agentfly_train.run_dir import RESULT_FILE, RunResult
 
 
 @LAUNCHERS.register("subprocess")

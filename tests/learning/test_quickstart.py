@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from agentfly_train.callbacks import MetricsFile
-from agentfly_train.train import RESULT_FILE
+from agentfly_train.run_dir import RESULT_FILE
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import run_cli
 from tests.helpers.readme import readme_command, runs_readme_command

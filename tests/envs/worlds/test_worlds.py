@@ -251,3 +251,23 @@ def test_world_rewards_and_the_act_tool_go_together():
         gym.make("agentfly/Arith-Calc", reward="world_success")
     with pytest.raises(ValueError, match=r"reward 'math_equal' with tools \('act',\)"):
         gym.make("agentfly/TWX-Coin", reward="math_equal")
+
+
+def test_a_jvm_that_does_not_start_is_an_infrastructure_failure(monkeypatch):
+    """A JVM that dies while it starts (a chaos test's kill read back as an empty port line by py4j) fails the reset
+    as an infrastructure failure, which the trainer replays; it is still a world that is unavailable here."""
+    import py4j.java_gateway
+
+    from agentfly_envs.errors import InfrastructureError, WorldStartError, WorldUnavailableError
+
+    def dies_while_starting(**kwargs):
+        raise ValueError("invalid literal for int() with base 10: b''")
+
+    monkeypatch.setattr(py4j.java_gateway, "launch_gateway", dies_while_starting)
+    env = gym.make("agentfly/TWX-Coin")
+    with pytest.raises(WorldStartError, match=r"the TextWorldExpress JVM did not start: invalid literal") as raised:
+        env.reset(options={"index": 0})
+    assert isinstance(raised.value, InfrastructureError) and isinstance(raised.value, WorldUnavailableError)
+    monkeypatch.undo()
+    assert env.reset(options={"index": 0})[0]  # the next reset launches one
+    env.close()

@@ -58,14 +58,13 @@ RUN = (
     "sft.enable=false",
     "data.train_batch_size=2",
     "agent.num_chains=4",
-    "trainer.total_training_steps=4",
     "trainer.log_train_generations=8",
     "actor_rollout_ref.rollout.retries=2",
     "actor_rollout_ref.rollout.max_infra_failure_rate=1.0",
     "--no-progress",
 )
-"""Four RL steps of four episodes of two tasks, every episode saved, failures replayed twice and never stopping the
-run."""
+"""RL steps (:func:`train` sets how many) of four episodes of two tasks, every episode saved, failures replayed twice
+and never stopping the run."""
 
 
 class Chaos(threading.Thread):
@@ -113,10 +112,16 @@ class Chaos(threading.Thread):
                 self.killed.append(command)
 
 
-def train(arguments: Sequence[str], run_dir: Path, chaos: Callable[[subprocess.Popen], Chaos | None]) -> Chaos | None:
-    """Runs ``python -m agentfly_train`` with ``arguments`` (and its run directory) while ``chaos(run)`` acts; checks
-    that it ends with status 0 after all four steps, and returns the chaos thread."""
+def train(
+    arguments: Sequence[str],
+    run_dir: Path,
+    chaos: Callable[[subprocess.Popen], Chaos | None],
+    steps: int = 4,
+) -> Chaos | None:
+    """Runs ``python -m agentfly_train`` with ``arguments`` (and its run directory) for ``steps`` steps while
+    ``chaos(run)`` acts; checks that it ends with status 0 after all its steps, and returns the chaos thread."""
     command = [sys.executable, "-m", "agentfly_train", *arguments, f"trainer.default_local_dir={run_dir}"]
+    command.append(f"trainer.total_training_steps={steps}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     run = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     thread = chaos(run)
@@ -127,7 +132,7 @@ def train(arguments: Sequence[str], run_dir: Path, chaos: Callable[[subprocess.P
         thread.join(timeout=30)
     assert run.returncode == 0, (out + err)[-4000:]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [record["step"] for record in records if "loss" in record] == [1, 2, 3, 4]
+    assert [record["step"] for record in records if "loss" in record] == list(range(1, steps + 1))
     return thread
 
 
@@ -143,7 +148,7 @@ def check_samples(run_dir: Path, failure_marks: Sequence[str]) -> list[dict[str,
     infrastructure failure, and no episode kept for training has a tool observation holding one of
     ``failure_marks`` (the words of a failure that is not the agent's)."""
     samples = [json.loads(line) for path in (run_dir / "train_samples").glob("*.jsonl") for line in path.open()]
-    assert len(samples) == 4 * 8
+    assert len(samples) % 8 == 0 and samples  # 8 episodes a step
     for sample in samples:
         assert sample.get("excluded", False) == ("infra_failure" in sample)
         if sample.get("excluded"):
@@ -252,7 +257,8 @@ def test_a_run_on_ray_env_actors_survives_actors_killed_under_it(warm_policy, tm
     def env_host(process: psutil.Process) -> bool:
         return "_EnvHost" in " ".join(process.cmdline())
 
-    chaos = train(arguments, run_dir, lambda run: Chaos(run, run_dir, descendants(env_host), 1.5, 3))
+    # 8 steps: the 3 kills, from the first step's end on, land before the last steps' rollouts, however slow the run
+    chaos = train(arguments, run_dir, lambda run: Chaos(run, run_dir, descendants(env_host), 0.5, 3), steps=8)
     assert chaos is not None and chaos.killed, "no env actor was found to kill"
     figures = failure_figures(run_dir)
     assert figures["rollout/infra_failures"] + figures["env/health_restarts"] > 0, figures
@@ -273,6 +279,6 @@ def test_a_world_run_survives_its_jvms_killed_under_it(tmp_path):
     def jvm(process: psutil.Process) -> bool:
         return process.name() == "java"
 
-    chaos = train(arguments, run_dir, lambda run: Chaos(run, run_dir, descendants(jvm), 0.5, 4))
+    chaos = train(arguments, run_dir, lambda run: Chaos(run, run_dir, descendants(jvm), 0.5, 4), steps=8)
     assert chaos is not None and len(chaos.killed) >= 2, chaos.killed
     check_samples(run_dir, ["the world stopped working"])

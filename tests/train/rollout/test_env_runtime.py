@@ -16,8 +16,8 @@ from agentfly_train.callbacks import MetricsFile
 from agentfly_train.config import ConfigError
 from agentfly_train.generation import HFGenerationBackend, SamplingParams
 from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts
+from agentfly_train.run_dir import RESULT_FILE
 from agentfly_train.tiny_model import build_model
-from agentfly_train.train import RESULT_FILE
 from tests.helpers.paths import OFFLINE_KWARGS
 from tests.helpers.processes import kill_actor, lines_printed_without
 from tests.helpers.readme import readme_command, runs_readme_command
