@@ -57,7 +57,7 @@ from agentfly_train.run_dir import FINAL_DIR, METRICS_FILE, RESULT_FILE, parse_j
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # the repository root: the small run the resume tests use
-from tests.helpers.runs import SMALL_RUN  # noqa: E402
+from tests.helpers.runs import SMALL_RUN, quickstart_command  # noqa: E402
 
 SCHEDULES = {"sync": (), "async": ("async_training.enable=true",)}
 """The rollout schedules a trial may run, by name: their overrides."""
@@ -160,18 +160,12 @@ class Trial:
 
 def training_command(schedule: str, steps: int, run_dir: Path) -> list[str]:
     """The CLI command line of a trial of ``schedule``, ``steps`` steps long, in ``run_dir``."""
-    return [
-        sys.executable,
-        "-m",
-        "agentfly_train",
-        "--no-progress",
-        "--config",
-        "quickstart",
+    return quickstart_command(
         *SMALL_RUN,
         *SCHEDULES[schedule],
         f"trainer.total_training_steps={steps}",
         f"trainer.default_local_dir={run_dir}",
-    ]
+    )
 
 
 def child_env() -> dict[str, str]:

@@ -4,6 +4,7 @@ in the functions), as tests/e2e's modules are collected on the base install."""
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentfly_train.config import TrainConfig
+
+
+def quickstart_command(*overrides: str) -> list[str]:
+    """The command line of the quickstart preset with ``overrides``, run by this interpreter without a progress bar:
+    ``python -m agentfly_train --no-progress --config quickstart OVERRIDES...``."""
+    return [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart", *overrides]
 
 
 def quickstart_config(overrides: Sequence[str] = ()) -> TrainConfig:

@@ -21,7 +21,7 @@ from agentfly_train.run_dir import RESULT_FILE
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import run_cli
 from tests.helpers.readme import readme_command, runs_readme_command
-from tests.helpers.runs import SMALL_VLLM_ENGINE, quickstart_config
+from tests.helpers.runs import SMALL_VLLM_ENGINE, quickstart_command, quickstart_config
 from tests.helpers.skips import skip_without_vllm
 
 pytestmark = pytest.mark.slow
@@ -66,9 +66,8 @@ def test_the_quickstart_learns_with_a_tenth_of_its_tool_calls_failing(tmp_path):
 
     chaos = tmp_path / "chaos.py"
     chaos.write_text(CHAOS.format(rate=0.1, failure=MODES["infra"]))
-    command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart",
-               "agent.env=chaos/Arith-Calc", f"agent.imports=[{chaos}]",
-               f"trainer.default_local_dir={tmp_path}/run"]  # fmt: skip
+    command = quickstart_command("agent.env=chaos/Arith-Calc", f"agent.imports=[{chaos}]",
+                                 f"trainer.default_local_dir={tmp_path}/run")  # fmt: skip
     done = run_cli(command, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     history = [r for r in MetricsFile(tmp_path / "run" / "metrics.jsonl").read() if "reward/mean" in r]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from agentfly_train.report import build_report, load_run
 from agentfly_train.report.charts import chart_data
 from tests.helpers.browser import console_errors, open_page, select
 from tests.helpers.processes import run_cli
-from tests.helpers.runs import LEARNING_TASKS
+from tests.helpers.runs import LEARNING_TASKS, quickstart_command
 
 TRAIN_SAMPLES = 6
 
@@ -40,13 +39,7 @@ def trained_run(warm_policy, tmp_path_factory) -> Path:
     """Two RL steps of the warm-started tiny policy, validating at every step and saving training episodes."""
     run_dir = tmp_path_factory.mktemp("report_run")
     done = run_cli(
-        [
-            sys.executable,
-            "-m",
-            "agentfly_train",
-            "--no-progress",
-            "--config",
-            "quickstart",
+        quickstart_command(
             *LEARNING_TASKS,
             f"actor_rollout_ref.model.path={warm_policy}",
             "sft.enable=false",
@@ -56,7 +49,7 @@ def trained_run(warm_policy, tmp_path_factory) -> Path:
             "trainer.test_freq=1",
             f"trainer.log_train_generations={TRAIN_SAMPLES}",
             f"trainer.default_local_dir={run_dir}",
-        ]
+        )
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return run_dir

@@ -9,7 +9,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from agentfly_train.checkpoints import checkpoint_problem, staging_dir
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import run_cli
 from tests.helpers.runs import SMALL_RUN as SMALL_CHECKPOINTED_RUN
+from tests.helpers.runs import quickstart_command
 
 pytestmark = pytest.mark.slow
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -27,17 +27,7 @@ SMALL_RUN = [*SMALL_CHECKPOINTED_RUN, "trainer.total_training_steps=4"]
 
 
 def _command(run_dir: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "agentfly_train",
-        "--no-progress",
-        "--config",
-        "quickstart",
-        *SMALL_RUN,
-        f"trainer.default_local_dir={run_dir}",
-        *extra,
-    ]
+    return quickstart_command(*SMALL_RUN, f"trainer.default_local_dir={run_dir}", *extra)
 
 
 def _steps(run_dir: Path) -> list[dict]:
