@@ -226,7 +226,7 @@ def prepare_run(config: TrainConfig) -> PreparedRun:
     from agentfly_train.algorithms import get_advantage_estimator
     from agentfly_train.checkpoints import open_run_dir
     from agentfly_train.config.validation import check_launch, ignored_settings
-    from agentfly_train.devices import training_device
+    from agentfly_train.devices import policy_dtype, training_device
     from agentfly_train.generation.base import backend_of
     from agentfly_train.models import add_stop_tokens, load_policy, lora_config
     from agentfly_train.sft import warm_start_on_demonstrations
@@ -237,6 +237,7 @@ def prepare_run(config: TrainConfig) -> PreparedRun:
     try:
         _quiet_libraries()
         device = training_device(config.trainer.device)
+        dtype = policy_dtype(config.actor_rollout_ref.model.dtype, device)
         world_size = PartialState(cpu=device == "cpu").num_processes
         check_launch(config.trainer, world_size, device)
         main_process = PartialState().is_main_process
@@ -244,7 +245,7 @@ def prepare_run(config: TrainConfig) -> PreparedRun:
             print(f"note: {note}", file=sys.stderr)
         trains_critic = get_advantage_estimator(config.algorithm.adv_estimator).trains_critic
         rl, critic = rl_settings(config), critic_settings(config, world_size) if trains_critic else None
-        args = grpo_config(config, world_size, device)
+        args = grpo_config(config, world_size, device, dtype)
         checkpoint = open_run_dir(config.trainer, json.dumps(asdict(config), indent=2), main_process)
         run_dir = Path(config.trainer.default_local_dir)
         set_seed(config.trainer.seed)

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from agentfly_train.config.actor_rollout_ref import ActorConfig
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import AlgorithmConfig, TrainConfig
-from agentfly_train.devices import policy_dtype
 
 if TYPE_CHECKING:
     from agentfly_train.algorithms import AdvantageEstimator, KLController
@@ -174,13 +175,15 @@ def report_to(config: TrainConfig) -> list[str]:
     return targets
 
 
-def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
+def grpo_config(config: TrainConfig, world_size: int, device: str, dtype: torch.dtype) -> Any:
     """The ``trl.GRPOConfig`` for a run.
 
     Args:
         config: The validated configuration.
         world_size: Processes in the Accelerate launch.
         device: ``cpu`` or ``cuda``.
+        dtype: The policy's training precision (:func:`~agentfly_train.devices.policy_dtype`): bfloat16 or float16
+            turn on TRL's mixed precision.
     """
     from trl import GRPOConfig
 
@@ -194,7 +197,6 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
     group = _checked_group_size(config, layout.micro_batch * world_size * layout.steps_per_generation)
     beta = reference_beta(config)
     checkpointing = checkpointing_argument(GRPOConfig, config.actor_rollout_ref.model.enable_gradient_checkpointing)
-    dtype = policy_dtype(config.actor_rollout_ref.model.dtype, device)
     args = GRPOConfig(
         output_dir=trainer.default_local_dir,
         run_name=trainer.experiment_name,
@@ -202,8 +204,8 @@ def grpo_config(config: TrainConfig, world_size: int, device: str) -> Any:
         seed=trainer.seed,
         data_seed=trainer.seed,
         use_cpu=device == "cpu",
-        bf16=str(dtype) == "torch.bfloat16",
-        fp16=str(dtype) == "torch.float16",
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
         learning_rate=actor.optim.lr,
         weight_decay=actor.optim.weight_decay,
         warmup_steps=actor.optim.lr_warmup_steps_ratio,

@@ -77,9 +77,11 @@ def choose_codec(
     def make_codec(chat_template: str | None) -> ChatCodec:
         return ChatCodec(tokenizer, template_tools, chat_template, **options)
 
+    calls = call_format(match, parser, response_template)
     codec = checked_codec(make_codec, tokenizer, match, parser, opening, steps)
     codec.note = None if codec.chat_template is None else variant_note(match)
-    codec.description = describe_codec(match, parser, codec)
+    variant = " (TRL's training variant)" if codec.chat_template else ""
+    codec.description = f"{match.label}{variant}; tool calls: {calls}; round trip ok"
     return codec
 
 
@@ -91,11 +93,9 @@ def variant_note(match: TemplateMatch) -> str:
     )
 
 
-def describe_codec(match: TemplateMatch, parser: Parser, codec: ChatCodec) -> str:
-    """One line: the template (and whether TRL's training variant replaced it), the tool-call format and the check."""
-    if codec.response_template:
-        calls = match.family.tool_calls if match.family else "read with the tokenizer's response template"
-    else:
-        calls = f"the {parser.name} parser's format"
-    variant = " (TRL's training variant)" if codec.chat_template else ""
-    return f"{match.label}{variant}; tool calls: {calls}; round trip ok"
+def call_format(match: TemplateMatch, parser: Parser, response_template: str | None) -> str:
+    """The tool-call format of a codec's description: the template family's own calls (read with
+    ``response_template``) or the parser's."""
+    if response_template:
+        return match.family.tool_calls if match.family else "read with the tokenizer's response template"
+    return f"the {parser.name} parser's format"

@@ -11,6 +11,7 @@ import pytest
 import agentfly_envs  # noqa: F401  (registers the envs)
 from agentfly_envs.parsers import get_parser
 from agentfly_train.chat_templates.choice import choose_codec
+from agentfly_train.chat_templates.detection import match_template
 from agentfly_train.chat_templates.families import FAMILIES, detect_family, trl_template
 from agentfly_train.config import ConfigError
 from agentfly_train.rollout.codec import assistant_message
@@ -90,7 +91,10 @@ def test_a_family_episode_round_trips_and_renders_turn_by_turn_as_whole(name):
     assert name in family.templates
     opening, steps = episode(None)  # golden turns, as the run checks them
     codec = choose_codec(tokenizer, TOOLS, get_parser("tool_calls"), {}, opening, steps)
-    assert codec.description.endswith("round trip ok") and codec.reads_tool_calls
+    variant = " (TRL's training variant)" if codec.chat_template else ""
+    label = match_template(tokenizer).label
+    assert codec.description == f"{label}{variant}; tool calls: {family.tool_calls}; round trip ok"
+    assert codec.reads_tool_calls
     with_reasoning = episode(REASONING.get(name))[1][0][0]
     read = codec.decode(codec.turn_ids(with_reasoning))  # what a policy that writes this turn samples, read back
     assert read["tool_calls"][0]["function"] == with_reasoning["tool_calls"][0]["function"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from agentfly_train.config import (
     QUICKSTART,
@@ -141,7 +142,8 @@ def test_guide_keys_are_accepted(tmp_path):
     )
     assert config.data.val_files == [str(data), str(data)] and config.agent.tools == ["google_search", "answer"]
     assert config.actor_rollout_ref.ref.fsdp_config.param_offload
-    assert grpo_config(config, world_size=1, device="cpu").num_generations == 1  # one chain per prompt
+    # one chain per prompt
+    assert grpo_config(config, world_size=1, device="cpu", dtype=torch.float32).num_generations == 1
 
 
 @pytest.mark.parametrize(
@@ -501,7 +503,7 @@ def test_mapping_onto_grpo_config():
             "algorithm.norm_adv_by_std_in_grpo=false",
         ]
     )
-    args = grpo_config(config, world_size=1, device="cpu")
+    args = grpo_config(config, world_size=1, device="cpu", dtype=torch.float32)
     # 8 prompts x 4 chains = 32 episodes per rollout; mini-batch 4 prompts = 16 episodes per optimiser step.
     assert args.per_device_train_batch_size == 8 and args.gradient_accumulation_steps == 2
     assert args.steps_per_generation == 4 and args.num_generations == 4 and args.num_iterations == 2
@@ -514,9 +516,9 @@ def test_mapping_onto_grpo_config():
 
 
 def test_reference_model_switch():
-    assert grpo_config(quickstart_config(), world_size=1, device="cpu").beta == 0.0
+    assert grpo_config(quickstart_config(), world_size=1, device="cpu", dtype=torch.float32).beta == 0.0
     kl_in_reward = quickstart_config(["algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.02"])
-    assert grpo_config(kl_in_reward, world_size=1, device="cpu").beta == 0.02
+    assert grpo_config(kl_in_reward, world_size=1, device="cpu", dtype=torch.float32).beta == 0.02
 
 
 def test_critic_batch_layout():

@@ -39,7 +39,7 @@ def _trainer(warm_policy, tmp_path, *overrides: str):
     rows = train_rows(config, env)
     model, tokenizer = load_policy(config)
     codec = make_codec(config, tokenizer, env, rows[0])
-    trainer = make_trainer(config, grpo_config(config, 1, "cpu"), model, tokenizer, codec, rows, [], 1)
+    trainer = make_trainer(config, grpo_config(config, 1, "cpu", torch.float32), model, tokenizer, codec, rows, [], 1)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which these tests do not run
     return trainer
