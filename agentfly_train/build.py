@@ -208,7 +208,7 @@ class PreparedRun:
     result: RunResult
 
 
-def prepare_run(config: TrainConfig) -> PreparedRun:
+def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun:
     """Everything of a run before RL, in its run directory, which the caller has claimed
     (:func:`~agentfly_train.run_claim.claim_run_dir`), each part built from its own sections, in turn: its data
     (checked first: missing or malformed data fails in seconds, before transformers and TRL load), the launch checked
@@ -216,6 +216,10 @@ def prepare_run(config: TrainConfig) -> PreparedRun:
     model loads), the checkpoint to resume from, the run's ``config.json``, the policy and chat codec, the SFT warm
     start (``sft.enable``, on a fresh run), the pinned reference model (:func:`pin_reference`) and the trainer
     (:func:`assemble_trainer`).
+
+    Args:
+        config: A validated configuration.
+        show_progress: Draw the warm start's console bar.
 
     Raises:
         ConfigError: the configuration cannot serve the run (one line naming the key).
@@ -262,6 +266,7 @@ def prepare_run(config: TrainConfig) -> PreparedRun:
             model, result.sft_loss = warm_start_on_demonstrations(
                 model, tokenizer, data.env, codec, data.train[: config.sft.num_demos], config.sft,
                 use_cpu=device == "cpu", seed=config.trainer.seed, bf16=args.bf16, max_images=config.agent.max_images,
+                show_progress=show_progress,
             )  # fmt: skip
     finally:
         data.env.close()  # the rollouts make their own envs; a web env's browser goes with this one, also on error

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from agentfly_train.checkpoints import prune
+from agentfly_train.progress import console_bar, show_latest
 from agentfly_train.run_dir import METRICS_FILE, SUMMARY_FILE, parse_jsonl
 
 if TYPE_CHECKING:
@@ -122,16 +123,14 @@ class AgentCallback(TrainerCallback):
             else:
                 self.metrics.truncate_after(state.global_step)
             if self.show_progress:
-                from tqdm.auto import tqdm
-
-                self._bar = tqdm(total=state.max_steps, initial=state.global_step, desc="train", dynamic_ncols=True)
+                self._bar = console_bar(state.max_steps, "train", initial=state.global_step)
         if self.val_before_train and state.global_step == 0:
-            self.trainer.log(self.trainer.validate())
+            self.trainer.log(self.trainer.validate(progress=self.show_progress))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         last = state.global_step >= state.max_steps
         if self.test_freq > 0 and (state.global_step % self.test_freq == 0 or last):
-            self.trainer.record_metrics(self.trainer.validate())
+            self.trainer.record_metrics(self.trainer.validate(progress=self.show_progress))
         if self._bar is not None:
             self._bar.update(state.global_step - self._bar.n)
 
@@ -150,10 +149,7 @@ class AgentCallback(TrainerCallback):
             logs["timing/update_s"] = logs["step_time"] - logs["timing/rollout_s"] - logs.get("timing/weight_sync_s", 0)
         self.metrics.append(state.global_step, logs)
         if self._bar is not None:
-            shown = {"reward": "reward", "accuracy": "acc", "val/accuracy": "val_acc"}
-            self._bar.set_postfix(
-                {short: f"{logs[key]:.3f}" for key, short in shown.items() if logs.get(key) is not None}, refresh=True
-            )
+            show_latest(self._bar, logs, {"reward": "reward", "accuracy": "acc", "val/accuracy": "val_acc"})
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._bar is not None:

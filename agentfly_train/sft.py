@@ -201,6 +201,7 @@ def warm_start(
     lr_scheduler_type: str = "linear",
     warmup_ratio: float = 0.05,
     images: ImageInputs | None = None,
+    progress: Any = None,
 ) -> float:
     """Fine-tunes ``model`` in place on tokenised demonstrations.
 
@@ -220,6 +221,8 @@ def warm_start(
         warmup_ratio: Share of the steps over which the rate rises linearly to ``lr``.
         images: A vision-language policy's image inputs: the loss forward gets the pixel inputs of the rows'
             ``images`` (:class:`PixelCollator`).
+        progress: A console bar (:func:`~agentfly_train.progress.console_bar`) that the steps advance, the loss
+            beside it; ``None``: no bar.
 
     Returns:
         The mean training loss (nats per assistant token).
@@ -229,6 +232,7 @@ def warm_start(
     from trl import SFTConfig, SFTTrainer
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
+    from agentfly_train.progress import StepBar
     from agentfly_train.trl_args import checkpointing_argument
 
     args = SFTConfig(
@@ -261,6 +265,7 @@ def warm_start(
         data_collator=collator,
         train_dataset=Dataset.from_list(dataset),
         processing_class=tokenizer,
+        callbacks=[StepBar(progress, {"loss": "loss"})] if progress is not None else None,
     )
     trainer.remove_callback(PrinterCallback)  # its raw log dicts on stdout; the run reports the mean loss
     result = trainer.train()
@@ -281,6 +286,7 @@ def warm_start_on_demonstrations(
     output_dir: str | None = None,
     bf16: bool = False,
     max_images: int | None = None,
+    show_progress: bool = False,
 ) -> tuple[Any, float]:
     """The ``sft.*`` warm start: the first ``sft.golden_fraction`` of ``sft.steps`` on golden episodes, the rest on
     the demonstrations with ``sft.guess_fraction`` guesses. Each phase warms up; the golden phase then holds the
@@ -298,11 +304,15 @@ def warm_start_on_demonstrations(
         output_dir: Scratch directory for TRL (nothing is saved; ``None``: a temporary one).
         bf16: bfloat16 mixed precision.
         max_images: The rollout's cap on images in an episode's context (``agent.max_images``).
+        show_progress: Draw a console bar over all the steps (on the main process), the loss beside it.
 
     Returns:
         ``(model, loss)``: the fine-tuned policy, whole (a copy where FSDP2 sharded it: each phase's trainer
         prepares a whole model anew), and the mean training loss over all steps (nats per assistant token).
     """
+    from accelerate import PartialState
+
+    from agentfly_train.progress import console_bar
     from agentfly_train.sharding import unsharded_copy
 
     golden_steps = round(sft.golden_fraction * sft.steps)
@@ -313,14 +323,15 @@ def warm_start_on_demonstrations(
     phases = [(0.0, golden_steps, golden_schedule), (sft.guess_fraction, rest, sft.lr_scheduler_type)]
     total = 0.0
     scratch = tempfile.TemporaryDirectory() if output_dir is None else contextlib.nullcontext(output_dir)
-    with scratch as scratch_dir:
+    bar = console_bar(sft.steps, "warm start") if show_progress and PartialState().is_main_process else None
+    with scratch as scratch_dir, bar if bar is not None else contextlib.nullcontext():
         for guess_fraction, steps, schedule in phases:
             if steps:
                 rows = golden_token_rows(env, codec, tasks, guess_fraction, seed, max_images=max_images)
                 loss = warm_start(model, tokenizer, rows, steps=steps, lr=sft.lr, batch_size=sft.batch_size,
                                   output_dir=scratch_dir, use_cpu=use_cpu, seed=seed, bf16=bf16,
                                   lr_scheduler_type=schedule, warmup_ratio=sft.warmup_ratio,
-                                  images=codec.images)  # fmt: skip
+                                  images=codec.images, progress=bar)  # fmt: skip
                 total += loss * steps
                 model = unsharded_copy(model)  # collective under FSDP2: every process runs the same phases
     return model, total / sft.steps

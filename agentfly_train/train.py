@@ -30,4 +30,4 @@ def run(config: TrainConfig, show_progress: bool = True) -> RunResult:
     load_user_code(config)  # loaded already where the configuration was read; not on a Ray Train worker
     # The run directory is this run's (locked, and holding no other run) until it has written its last file.
     with claim_run_dir(config.trainer, json.loads(json.dumps(asdict(config)))):  # as its config.json holds it
-        return train_prepared(prepare_run(config), show_progress)
+        return train_prepared(prepare_run(config, show_progress), show_progress)

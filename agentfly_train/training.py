@@ -60,7 +60,7 @@ def _train_and_validate(prepared: PreparedRun, show_progress: bool) -> None:
     before = [r for r in callback.metrics.read() if r["step"] == 0 and "val/accuracy" in r]
     result.val_before = _val_metrics(before[0]) if before else {}
     if trainer.val_rows:
-        result.val_after = trainer.validate()
+        result.val_after = trainer.validate(progress=show_progress)
         if trainer.accelerator.is_main_process:
             callback.metrics.append(trainer.state.global_step, {"final": True, **result.val_after})
     if trainer.is_fsdp_enabled:  # final/ holds a whole model, whatever the checkpoints' sharding

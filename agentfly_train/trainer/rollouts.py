@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from agentfly_train.progress import console_bar, show_latest
 from agentfly_train.rollout import (
     InfrastructureFailureRate,
     Trajectory,
@@ -157,8 +158,11 @@ class RolloutMixin:
         write_samples(path, kept, append=bool(written))
         self._train_samples_written = written + len(kept)
 
-    def validate(self) -> dict[str, float]:
+    def validate(self, progress: bool = False) -> dict[str, float]:
         """Runs the validation rows through the envs; returns ``val/*`` metrics and writes sample trajectories.
+
+        Args:
+            progress: Draw a console bar over the rows (on the main process), with the accuracy so far.
 
         Returns:
             ``val/accuracy``, ``val/reward/mean`` and the other :func:`summarize` statistics, prefixed ``val/``.
@@ -167,9 +171,17 @@ class RolloutMixin:
             return {}
         start = time.perf_counter()
         trajectories = []
+        shown = progress and self.is_world_process_zero()
+        bar = console_bar(len(self.val_rows), "validate", leave=False) if shown else None
         for first in range(0, len(self.val_rows), self.val_batch_size):
             rows = self.val_rows[first : first + self.val_batch_size]
             trajectories += self.schedule.run(self, rows, self.agent.val_params)
+            if bar is not None:
+                bar.update(len(rows))
+                accuracy = sum(trajectory.correct for trajectory in trajectories) / len(trajectories)
+                show_latest(bar, {"accuracy": accuracy}, {"accuracy": "acc"})
+        if bar is not None:
+            bar.close()
         stats = summarize(trajectories)
         self._note_failures(trajectories)
         stats.pop("env_seconds")
