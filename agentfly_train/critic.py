@@ -177,6 +177,7 @@ class Critic:
                 totals[3] += whole(grad_norm).float()  # a DTensor under FSDP2
                 self.optimizer.step()
                 steps += 1
+        self.optimizer.zero_grad(set_to_none=True)  # no gradients held through the policy's update and the rollout
         means = self.accelerator.reduce(totals / max(steps, 1), reduction="mean")
         names = ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm")
         return dict(zip(names, means.tolist(), strict=True))

@@ -51,7 +51,8 @@ BF16_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e1
 GPU_RUNS = (("qwen2.5-0.5b", "agentfly", False), ("qwen2.5-0.5b", "trl", False), ("qwen3-1.7b", "agentfly", True),
             ("qwen3-1.7b", "trl", True), ("qwen2.5-0.5b", "agentfly", True))  # fmt: skip
 """(shape, trainer, gradient checkpointing), in order of importance: runs the budget does not reach are skipped. The
-1.7B shape trains with checkpointing: without it agentfly's trainer ran out of an H100's 80 GB (2026-11-27)."""
+1.7B shape trains with checkpointing: without it agentfly's trainer (then training PPO with a critic) ran out of an
+H100's 80 GB (2026-11-27)."""
 DRY_RUNS = (("tiny", "agentfly", False), ("tiny", "trl", False), ("tiny", "agentfly", True))
 RUN_FIELDS = ("step_s", "rollout_s", "logprob_s", "update_s", "sampled_tokens_per_s", "trained_tokens_per_s",
               "peak_memory_gib", "mfu_update", "parameters", "cuda_path")  # fmt: skip
@@ -186,12 +187,14 @@ def build_model(shape: str, tokenizer_dir: Path, directory: Path, device: str) -
 
 
 def agentfly_trainer(model_dir: Path, batch: Batch, checkpointing: bool, run_dir: Path) -> tuple[Any, Any]:
-    """agentfly's trainer for the run, built as the CLI builds it; ``(trainer, close)``."""
+    """agentfly's trainer for the run, built as the CLI builds it, training TRL's algorithm (GRPO, no entropy bonus,
+    no KL term; the training guide's defaults are PPO with a critic and an entropy bonus); ``(trainer, close)``."""
     from agentfly_train.build import prepare_run
     from agentfly_train.config import load_config
 
     overrides = [
-        f"agent.env={ENV_ID}", "agent.agent_type=hf", "agent.max_turns=2", f"agent.num_chains={batch.chains}",
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.entropy_coeff=0", f"agent.env={ENV_ID}",
+        "agent.agent_type=hf", "agent.max_turns=2", f"agent.num_chains={batch.chains}",
         f"agent.max_tokens_per_turn={batch.tokens}", "trainer.n_gpus_per_node=1", "sft.enable=false",
         f"data.train_batch_size={batch.prompts}",
         f"actor_rollout_ref.model.path={model_dir}",
@@ -278,6 +281,7 @@ def one_run(shape: str, trainer_name: str, checkpointing: bool, model_dir: Path,
     return {
         "shape": shape,
         "trainer": trainer_name,
+        "adv_estimator": trainer.rl.algorithm.adv_estimator if trainer_name == "agentfly" else "grpo",
         "gradient_checkpointing": checkpointing,
         "steps_measured": len(measured),
         "step_s": mean["step_s"],

@@ -72,6 +72,7 @@ def test_the_gpu_run_checks_its_install_and_its_dry_run_writes_every_figure_of_e
     assert [run["run"] for run in result["runs"]] == ["tiny/agentfly/no-ckpt", "tiny/trl/no-ckpt", "tiny/agentfly/ckpt"]
     for run in result["runs"]:
         assert set(fields) <= set(run), run
+        assert run["adv_estimator"] == "grpo"  # both trainers train GRPO (the guide's default is PPO with a critic)
         assert 0 < run["sampled_tokens"] < run["trained_tokens"]
         assert abs(run["rollout_s"] + run["logprob_s"] + run["update_s"] - run["step_s"]) < 1e-6
         path = run["cuda_path"]

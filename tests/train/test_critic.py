@@ -65,6 +65,7 @@ def test_update_fits_the_returns_and_reports_its_metrics(policy):
     assert error() < 0.5 * before
     assert set(metrics) == {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm"}
     assert metrics["critic/vf_loss"] > 0 and metrics["critic/grad_norm"] > 0
+    assert all(parameter.grad is None for parameter in critic.model.parameters())  # its memory is free until then
 
 
 def test_masked_tokens_do_not_move_the_critic(policy):
