@@ -2,13 +2,14 @@
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.readme import documented_commands, normalise_command, readme_command, shell_commands
+from tests.helpers.readme import DOC_FILES, documented_commands, normalise_command, readme_command, shell_commands
 
 README = (REPO_ROOT / "README.md").read_text()
 
@@ -120,6 +121,36 @@ def test_a_readme_command_is_run_with_only_the_named_changes():
         readme_command("python -m agentfly_train report")
     with pytest.raises(AssertionError, match="is not in"):
         readme_command("python -m agentfly_train report RUN_DIR --out /tmp/run.html", {"OTHER": "x"})
+
+
+def inline_training_commands() -> dict[str, str]:
+    """The ``python -m agentfly_train`` commands that the prose of README.md and docs/ quotes in inline code with
+    ``key=value`` overrides (templates with ``...`` left out), whitespace normalised, each with its file."""
+    found: dict[str, str] = {}
+    for path in DOC_FILES:
+        prose = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.MULTILINE | re.DOTALL)
+        for span in re.findall(r"(?<!`)`(python -m agentfly_train\s[^`]*)`(?!`)", prose):
+            command = " ".join(span.split())
+            if "..." not in command and re.search(r"\s[\w.]+=", command):
+                found.setdefault(command, path.relative_to(REPO_ROOT).as_posix())
+    return found
+
+
+@pytest.mark.parametrize("command", sorted(inline_training_commands()))
+def test_the_training_commands_quoted_in_the_prose_resolve_as_written(command, monkeypatch, capsys):
+    """``N`` stands for a number (``trainer.seed=N``): the command with 0 for it resolves its configuration and env
+    (``--dry-run``), as ``python -m agentfly_train trainer.seed=N`` without ``--config quickstart`` did not."""
+    pytest.importorskip("trl", reason="the trainer's commands need the train extra")
+    from agentfly_train.__main__ import main
+
+    monkeypatch.chdir(REPO_ROOT)
+    arguments = [re.sub(r"=N$", "=0", word) for word in shlex.split(command)[3:]]
+    assert main([*arguments, "--dry-run"]) == 0, capsys.readouterr().err
+    assert "configuration (keys that differ from the defaults):" in capsys.readouterr().out
+
+
+def test_the_prose_quotes_the_quickstart_s_seed_command():
+    assert "python -m agentfly_train --config quickstart trainer.seed=N" in inline_training_commands()
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
