@@ -163,6 +163,41 @@ def test_quick_tour_runs_as_written(page, monkeypatch):
     assert namespace["info"]["reward_components"] == {"answer_found": 1.0, "correct": 1.0}
 
 
+@pytest.mark.parametrize("page", ["README.md", "docs/training.md"])
+def test_the_gsm8k_files_of_the_third_training_command_are_written_as_the_page_says(page, tmp_path, monkeypatch):
+    """The page's lines write ``gsm8k/train.parquet`` and ``gsm8k/test.parquet``; here ``load_dataset`` gives the rows
+    of data/gsm8k_sample.jsonl (GSM8K's format) instead of the Hub's, and the GSM8K env plays golden episodes on the
+    files written."""
+    import datasets
+    import gymnasium as gym
+
+    import agentfly_envs  # noqa: F401  (registers the envs)
+
+    [block] = [
+        b for b in re.findall(r"```python\n(.*?)```", (REPO_ROOT / page).read_text(), re.DOTALL) if "openai/gsm8k" in b
+    ]
+    assert "gsm8k/train.parquet" in (REPO_ROOT / page).read_text()  # the command the lines are for
+    sample = str(REPO_ROOT / "data" / "gsm8k_sample.jsonl")
+    asked = []
+
+    def load_dataset(path, name, split):
+        asked.append((path, name, split))
+        return datasets.Dataset.from_json(sample)
+
+    monkeypatch.chdir(tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(datasets, "load_dataset", load_dataset)
+        exec(compile(block, page, "exec"), {})
+    assert asked == [("openai/gsm8k", "main", "train"), ("openai/gsm8k", "main", "test")]
+    for split in ("train", "test"):
+        env = gym.make("agentfly/GSM8K-Calc", data_files=f"gsm8k/{split}.parquet")
+        assert len(env.unwrapped.tasks) == 12
+        env.reset(options={"index": 0})
+        for action in env.unwrapped.golden_actions():
+            _, reward, terminated, _, _ = env.step(action)
+        assert terminated and reward == 1.0
+
+
 def test_first_lines_are_the_two_setup_commands():
     lines = README.splitlines()
     assert lines[3].startswith("python3 -m venv .venv") and lines[3].endswith("python -m agentfly_train")
