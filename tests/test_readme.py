@@ -206,6 +206,18 @@ def test_first_lines_are_the_two_setup_commands():
     assert "python -m pytest -q" in ci.splitlines()[-1]
 
 
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_the_install_says_which_torch_build_a_machine_gets_and_how_to_pick_the_cpu_one(page):
+    """``pip install torch==V`` gives the CPU build here only through this machine's local wheels; on Linux, PyPI's
+    is the CUDA build. The page says so and gives the CPU command, for the torch version the setup command and CI
+    install."""
+    text = " ".join((REPO_ROOT / page).read_text().split())
+    version = re.search(r"^torch==(\S+)$", (REPO_ROOT / ".ci" / "constraints.txt").read_text(), re.MULTILINE)[1]
+    assert f"pip install torch=={version} && pip install -c .ci/constraints.txt" in text
+    assert f"`pip install torch=={version} --index-url https://download.pytorch.org/whl/cpu`" in text
+    assert "on Linux x86_64 PyPI serves the CUDA build" in text and "no CUDA build is pulled" not in text
+
+
 def test_the_docs_list_every_registered_component():
     from agentfly_envs import ENVIRONMENTS, PARSERS, REWARDS, TASKS, TOOLS
 
