@@ -35,7 +35,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["serve"]:
         return serve(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m agentfly_envs", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m agentfly_envs",
+        usage="%(prog)s [-h] [--env-id ID] [--episodes N] [--data-files FILE] [--parser NAME] [--seed N]\n"
+        "       %(prog)s serve ENV_ID [--host HOST] [--port N] [...]",
+        description="Plays episodes of an env and prints what the agent would see: golden demonstrations replayed, "
+        "one transcript, and a sloppy agent whose mistakes come back as error observations (default: "
+        "agentfly/Arith-Calc, offline). `serve ENV_ID` serves an env over HTTP in OpenEnv's protocol instead.",
+        epilog="`%(prog)s serve ENV_ID --port N` serves ENV_ID to clients of OpenEnv's protocol (the openenv extra); "
+        "`%(prog)s serve --help` lists its options.",
+    )
     parser.add_argument("--env-id", default="agentfly/Arith-Calc", help="registered env id")
     parser.add_argument("--episodes", type=int, default=200, help="golden episodes to replay")
     parser.add_argument("--data-files", help="GSM8K-format file for agentfly/GSM8K-Calc")

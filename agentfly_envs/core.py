@@ -270,12 +270,16 @@ class ToolEnv(gym.Env[Observation, Action]):
             ``(observation, info)``: the user turn's text, and ``messages``/``tools``/``task``/``task_index``.
 
         Raises:
-            TaskFormatError: the selected row lacks a field the task needs.
+            TaskFormatError: the selected row lacks a field the task needs (for a row of the env's data, the message
+                names its file and row).
             WorldUnavailableError: the env's world cannot run here (e.g. no Java).
         """
         super().reset(seed=seed)
         row, index = self._select_task(dict(options or {}))
-        self.tasks.validate(row)
+        if index is None:
+            self.tasks.validate(row)
+        else:  # a row of the env's data: the error names where it comes from
+            self.tasks.validate_at(row, index)
         for tool in self.tools.values():
             tool.begin_episode(row)
         user_prompt = self.tasks.user_prompt(row)

@@ -11,9 +11,9 @@ Train workers on the cluster, each such a process.
 would do, and exits.
 
 ``python -m agentfly_train eval [--config FILE] actor_rollout_ref.model.path=DIR [agent.env=ID ...]``
-runs the validation rows through the env with the model and prints accuracy, mean reward and sample
-trajectories (``--samples N``), also written to ``<trainer.default_local_dir>/eval.jsonl``. A model in a run
-directory (``RUN_DIR/final``, ``RUN_DIR/checkpoint-K``) is evaluated on that run's env, data, template and
+runs the validation rows through the env with the model and prints a summary (accuracy, mean reward, pass@k);
+the trajectories go to ``<trainer.default_local_dir>/eval.jsonl`` (``--samples N`` also prints N as JSON). A model
+in a run directory (``RUN_DIR/final``, ``RUN_DIR/checkpoint-K``) is evaluated on that run's env, data, template and
 budgets (its ``config.json``), with the config files and overrides on top, and writes ``RUN_DIR/eval.jsonl``.
 
 ``python -m agentfly_train report RUN_DIR [--out FILE]`` writes the run's self-contained HTML report (curves and
@@ -55,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
         "custom_reward_function.path=FILE.py custom_reward_function.name=FUNCTION.",
     )
     parser.add_argument("--config", action="append", default=[], help="YAML config file(s), merged in order")
-    parser.add_argument("--samples", type=int, default=3, help="eval: sample trajectories to print")
+    parser.add_argument(
+        "--samples", type=int, default=0, help="eval: print the first N trajectories as JSON (all are in eval.jsonl)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no console progress bar")
     parser.add_argument(
         "--dry-run", action="store_true", help="print the resolved run (env, batches, token budgets) and exit"

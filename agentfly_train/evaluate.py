@@ -190,9 +190,11 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     from agentfly_train.devices import training_device
     from agentfly_train.generation.base import GENERATION_BACKENDS, Policy, backend_of, build_backend
     from agentfly_train.models import add_stop_tokens, load_policy, make_codec
+    from agentfly_train.quiet import no_progress_bars
     from agentfly_train.samples import write_samples
     from agentfly_train.sharding import engine_weights
 
+    no_progress_bars()
     if not has_validation(config):
         raise ConfigError("nothing to evaluate: set data.val_files (or agent.env to an env with its own tasks)")
     kwargs = env_kwargs(config, validation=True)

@@ -44,3 +44,13 @@ def install() -> None:
     training_args_logger = logging.getLogger("transformers.training_args")
     if _not_a_one_process_group_warning not in training_args_logger.filters:
         training_args_logger.addFilter(_not_a_one_process_group_warning)
+
+
+def no_progress_bars() -> None:
+    """No per-file progress bars from transformers (loading and saving a model's shards) and datasets (reading data
+    files): a command's own lines (a run's progress bar, eval's summary) are its output."""
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    datasets.disable_progress_bars()

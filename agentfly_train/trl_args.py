@@ -239,7 +239,7 @@ def grpo_config(config: TrainConfig, world_size: int, device: str, dtype: torch.
 
 
 def checkpointing_argument(config_class: type, enable: bool) -> dict[str, bool]:
-    """Activation checkpointing under its current name: transformers 5.20 renamed ``gradient_checkpointing`` to
+    """Activation checkpointing under its current name: transformers 5.23 renamed ``gradient_checkpointing`` to
     ``activation_checkpointing`` and warns on every run given the old one; older releases know only the old one."""
     names = {item.name for item in dataclasses.fields(config_class)}
     return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": enable}

@@ -4,7 +4,7 @@ The task (``agentfly/TestRedOrBlue``, ``tests/helpers/red_or_blue.py``): one tur
 and the same question every time, "Red (1) or blue (2)?", so only the image tells the answer. Per seed: the tiny
 Qwen2.5-VL is warm-started in this process on an imperfect demonstrator (it says ``1`` to every red square and to
 3 of 5 blue ones; greedy, the policy then says ``1`` to everything, accuracy 1/2), then GRPO runs through the CLI
-(``agent_type=gui``, ``template=qwen2.5-vl``, ``obs=screenshot``, HF sampling) and validates greedily on 32 screens it
+(``agent_type=gui``, ``template=qwen2_5_vl``, ``obs=screenshot``, HF sampling) and validates greedily on 32 screens it
 never trains on, before and after. Prints per seed the accuracies and the gain, then the gains' spread.
 
     python benchmarks/vlm_learning.py --seeds 0 1 2 3 4 --out benchmarks/results/vlm_learning.json

@@ -30,6 +30,18 @@ def load_model_and_tokenizer(name: str):
     return AutoModelForCausalLM.from_pretrained(name), AutoTokenizer.from_pretrained(name, padding_side="left")
 
 
+def grpo_arguments(settings: dict, config_class: type) -> dict:
+    """The ``grpo:`` settings as keyword arguments of ``config_class`` (``trl.GRPOConfig``), with
+    ``activation_checkpointing`` under the name the installed transformers takes: 5.23 renamed
+    ``gradient_checkpointing`` so (given the old name, it warns with a FutureWarning); older releases know only it."""
+    from agentfly_train.trl_args import checkpointing_argument
+
+    arguments = dict(settings)
+    if "activation_checkpointing" in arguments:
+        arguments.update(checkpointing_argument(config_class, arguments.pop("activation_checkpointing")))
+    return arguments
+
+
 @hydra.main(config_path="../configs", config_name="trl_grpo", version_base=None)
 def main(config: DictConfig) -> dict:
     from datasets import Dataset
@@ -43,7 +55,7 @@ def main(config: DictConfig) -> dict:
     model, tokenizer = load_model_and_tokenizer(config.model)
     trainer = GRPOTrainer(
         model=model,
-        args=GRPOConfig(**OmegaConf.to_container(config.grpo, resolve=True)),
+        args=GRPOConfig(**grpo_arguments(OmegaConf.to_container(config.grpo, resolve=True), GRPOConfig)),
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
         environment_factory=factory,

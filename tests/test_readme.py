@@ -2,13 +2,14 @@
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.readme import documented_commands, normalise_command, readme_command, shell_commands
+from tests.helpers.readme import DOC_FILES, documented_commands, normalise_command, readme_command, shell_commands
 
 README = (REPO_ROOT / "README.md").read_text()
 
@@ -122,6 +123,36 @@ def test_a_readme_command_is_run_with_only_the_named_changes():
         readme_command("python -m agentfly_train report RUN_DIR --out /tmp/run.html", {"OTHER": "x"})
 
 
+def inline_training_commands() -> dict[str, str]:
+    """The ``python -m agentfly_train`` commands that the prose of README.md and docs/ quotes in inline code with
+    ``key=value`` overrides (templates with ``...`` left out), whitespace normalised, each with its file."""
+    found: dict[str, str] = {}
+    for path in DOC_FILES:
+        prose = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.MULTILINE | re.DOTALL)
+        for span in re.findall(r"(?<!`)`(python -m agentfly_train\s[^`]*)`(?!`)", prose):
+            command = " ".join(span.split())
+            if "..." not in command and re.search(r"\s[\w.]+=", command):
+                found.setdefault(command, path.relative_to(REPO_ROOT).as_posix())
+    return found
+
+
+@pytest.mark.parametrize("command", sorted(inline_training_commands()))
+def test_the_training_commands_quoted_in_the_prose_resolve_as_written(command, monkeypatch, capsys):
+    """``N`` stands for a number (``trainer.seed=N``): the command with 0 for it resolves its configuration and env
+    (``--dry-run``), as ``python -m agentfly_train trainer.seed=N`` without ``--config quickstart`` did not."""
+    pytest.importorskip("trl", reason="the trainer's commands need the train extra")
+    from agentfly_train.__main__ import main
+
+    monkeypatch.chdir(REPO_ROOT)
+    arguments = [re.sub(r"=N$", "=0", word) for word in shlex.split(command)[3:]]
+    assert main([*arguments, "--dry-run"]) == 0, capsys.readouterr().err
+    assert "configuration (keys that differ from the defaults):" in capsys.readouterr().out
+
+
+def test_the_prose_quotes_the_quickstart_s_seed_command():
+    assert "python -m agentfly_train --config quickstart trainer.seed=N" in inline_training_commands()
+
+
 @pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
 def test_quick_tour_runs_as_written(page, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
@@ -132,12 +163,59 @@ def test_quick_tour_runs_as_written(page, monkeypatch):
     assert namespace["info"]["reward_components"] == {"answer_found": 1.0, "correct": 1.0}
 
 
+@pytest.mark.parametrize("page", ["README.md", "docs/training.md"])
+def test_the_gsm8k_files_of_the_third_training_command_are_written_as_the_page_says(page, tmp_path, monkeypatch):
+    """The page's lines write ``gsm8k/train.parquet`` and ``gsm8k/test.parquet``; here ``load_dataset`` gives the rows
+    of data/gsm8k_sample.jsonl (GSM8K's format) instead of the Hub's, and the GSM8K env plays golden episodes on the
+    files written."""
+    import datasets
+    import gymnasium as gym
+
+    import agentfly_envs  # noqa: F401  (registers the envs)
+
+    [block] = [
+        b for b in re.findall(r"```python\n(.*?)```", (REPO_ROOT / page).read_text(), re.DOTALL) if "openai/gsm8k" in b
+    ]
+    assert "gsm8k/train.parquet" in (REPO_ROOT / page).read_text()  # the command the lines are for
+    sample = str(REPO_ROOT / "data" / "gsm8k_sample.jsonl")
+    asked = []
+
+    def load_dataset(path, name, split):
+        asked.append((path, name, split))
+        return datasets.Dataset.from_json(sample)
+
+    monkeypatch.chdir(tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(datasets, "load_dataset", load_dataset)
+        exec(compile(block, page, "exec"), {})
+    assert asked == [("openai/gsm8k", "main", "train"), ("openai/gsm8k", "main", "test")]
+    for split in ("train", "test"):
+        env = gym.make("agentfly/GSM8K-Calc", data_files=f"gsm8k/{split}.parquet")
+        assert len(env.unwrapped.tasks) == 12
+        env.reset(options={"index": 0})
+        for action in env.unwrapped.golden_actions():
+            _, reward, terminated, _, _ = env.step(action)
+        assert terminated and reward == 1.0
+
+
 def test_first_lines_are_the_two_setup_commands():
     lines = README.splitlines()
     assert lines[3].startswith("python3 -m venv .venv") and lines[3].endswith("python -m agentfly_train")
     assert lines[4] == ". .venv/bin/activate && python -m pytest -q"
     ci = (REPO_ROOT / ".ci" / "run").read_text()
     assert "python -m pytest -q" in ci.splitlines()[-1]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_the_install_says_which_torch_build_a_machine_gets_and_how_to_pick_the_cpu_one(page):
+    """``pip install torch==V`` gives the CPU build here only through this machine's local wheels; on Linux, PyPI's
+    is the CUDA build. The page says so and gives the CPU command, for the torch version the setup command and CI
+    install."""
+    text = " ".join((REPO_ROOT / page).read_text().split())
+    version = re.search(r"^torch==(\S+)$", (REPO_ROOT / ".ci" / "constraints.txt").read_text(), re.MULTILINE)[1]
+    assert f"pip install torch=={version} && pip install -c .ci/constraints.txt" in text
+    assert f"`pip install torch=={version} --index-url https://download.pytorch.org/whl/cpu`" in text
+    assert "on Linux x86_64 PyPI serves the CUDA build" in text and "no CUDA build is pulled" not in text
 
 
 def test_the_docs_list_every_registered_component():

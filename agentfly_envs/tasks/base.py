@@ -80,6 +80,22 @@ class TaskSource(ABC):
         """A reference solution for ``row``, or ``None`` if the task has none."""
         return None
 
+    def where(self, index: int) -> str:
+        """Where row ``index`` comes from, for messages: ``"row N (1-based)"`` here; sources that read files name the
+        file and the row within it."""
+        return f"row {index + 1} (1-based)"
+
+    def validate_at(self, row: Mapping[str, Any], index: int) -> None:
+        """:meth:`validate` for row ``index`` of this source.
+
+        Raises:
+            TaskFormatError: as :meth:`validate`, the message starting with where the row comes from (:meth:`where`).
+        """
+        try:
+            self.validate(row)
+        except TaskFormatError as error:
+            raise TaskFormatError(f"{self.where(index)}: {error}") from None
+
     def validate(self, row: Mapping[str, Any]) -> None:
         """Checks that ``row`` has every field the task needs.
 

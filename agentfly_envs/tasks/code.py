@@ -21,7 +21,7 @@ from typing import Any
 
 from agentfly_envs.errors import TaskFormatError
 from agentfly_envs.tasks.base import TASKS, GoldenSolution, Row
-from agentfly_envs.tasks.files import DataFiles, LoadedTasks, load_rows
+from agentfly_envs.tasks.files import DataFiles, LoadedTasks
 
 OFFLINE_HINT = (
     "To run offline, pass data_files= a JSON list, JSONL or parquet file of MBPP-style rows ('text', "
@@ -144,8 +144,8 @@ class CodeTestTasks(LoadedTasks):
         shown_tests: int = 1,
     ) -> None:
         self.shown_tests = shown_tests
-        self._rows = load_rows(path, name, split, data_files, (), OFFLINE_HINT)
-        self.validate(self.row(0))
+        self.load(path, name, split, data_files, (), OFFLINE_HINT)
+        self.validate_at(self.row(0), 0)
 
     def validate(self, row: Mapping[str, Any]) -> None:
         """Checks that ``row`` is an MBPP- or HumanEval-style row (raises ``TaskFormatError``)."""

@@ -29,8 +29,11 @@ def _file_format(data_files: DataFiles) -> str:
     return FILE_FORMATS[suffix]
 
 
-def check_json_file(path: str | os.PathLike) -> None:
+def check_json_file(path: str | os.PathLike) -> int:
     """Parses a JSON-list or JSONL file strictly, as ``datasets`` does not (it may skip or mend a bad line).
+
+    Returns:
+        The number of rows: the list's items, or the non-empty lines.
 
     Raises:
         DataUnavailableError: the file is not UTF-8 or not valid JSON; one line naming the file, the line number
@@ -42,18 +45,29 @@ def check_json_file(path: str | os.PathLike) -> None:
         raise DataUnavailableError(
             f"{os.fspath(path)}: not UTF-8 text ({error.reason} at byte {error.start})"
         ) from None
-    if text.lstrip().startswith("["):  # one JSON list of rows
+    one_list = text.lstrip().startswith("[")
+    if one_list:  # one JSON list of rows
         chunks = [(0, text)]
     else:  # JSONL: one row per line
         chunks = [(number, line) for number, line in enumerate(text.splitlines()) if line.strip()]
     for offset, chunk in chunks:
         try:
-            json.loads(chunk)
+            parsed = json.loads(chunk)
         except json.JSONDecodeError as error:
             raise DataUnavailableError(
                 f"{os.fspath(path)} line {offset + error.lineno}: invalid JSON: {error.msg} (column {error.colno}); "
                 "fix that line (a .json file holds one list of rows, a .jsonl file one JSON object per line)"
             ) from None
+    return len(parsed) if one_list else len(chunks)
+
+
+def _row_count(path: str) -> int:
+    """The number of rows of a JSON-list, JSONL or parquet file."""
+    if _file_format(path) == "parquet":
+        import pyarrow.parquet  # a dependency of datasets
+
+        return pyarrow.parquet.read_metadata(path).num_rows
+    return check_json_file(path)
 
 
 def _files(data_files: DataFiles) -> list[str | os.PathLike]:
@@ -123,12 +137,53 @@ def load_rows(
 
 
 class LoadedTasks(TaskSource):
-    """A task source whose rows were loaded once (by :func:`load_rows`) into ``self._rows``."""
+    """A task source whose rows were loaded once (:meth:`load`) into ``self._rows``."""
 
     _rows: Any
+    _origin: str | list[str] = ""
+    """Where the rows come from: the local files of the loaded split in order, or the Hub dataset and split."""
+
+    def load(
+        self,
+        path: str,
+        name: str | None,
+        split: str,
+        data_files: DataFiles | None,
+        required_fields: Sequence[str],
+        offline_hint: str,
+    ) -> None:
+        """Loads the rows with :func:`load_rows` (the same arguments) and notes where they come from (:meth:`where`)."""
+        self._rows = load_rows(path, name, split, data_files, required_fields, offline_hint)
+        if data_files is None:
+            self._origin = f"{path} split {split!r}"
+        else:
+            self._origin = [
+                os.fspath(f) for f in _files(data_files[split] if isinstance(data_files, Mapping) else data_files)
+            ]
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def row(self, index: int) -> Row:
-        return dict(self._rows[index])
+        """Row ``index``, without the fields it leaves out (which ``datasets`` fills with ``None`` where other rows
+        have them)."""
+        return {key: value for key, value in self._rows[index].items() if value is not None}
+
+    def where(self, index: int) -> str:
+        """``"FILE row N (1-based)"``, N counted within the file; for a Hub dataset ``"row N (1-based) of ID split
+        'SPLIT'"``."""
+        if not self._origin:  # rows a subclass loaded itself
+            return super().where(index)
+        if isinstance(self._origin, str):
+            return f"{super().where(index)} of {self._origin}"
+        try:
+            counts = [_row_count(path) for path in self._origin]
+        except (DataUnavailableError, OSError, ValueError):  # a file only datasets reads (e.g. a URL): name them all
+            counts = []
+        if sum(counts) == len(self):
+            start = 0
+            for path, count in zip(self._origin, counts, strict=True):
+                if index < start + count:
+                    return f"{path} {super().where(index - start)}"
+                start += count
+        return f"{super().where(index)} of {', '.join(self._origin)}"

@@ -15,7 +15,7 @@ from typing import Any
 from agentfly_envs.errors import TaskFormatError
 from agentfly_envs.tasks.base import TASKS, GoldenSolution, Row
 from agentfly_envs.tasks.code import code_golden, code_problem
-from agentfly_envs.tasks.files import DataFiles, LoadedTasks, load_rows
+from agentfly_envs.tasks.files import DataFiles, LoadedTasks
 from agentfly_envs.tasks.gsm8k import calculator_annotations, reference_answer
 
 QUESTION_FIELDS = ("question", "prompt", "instruction", "problem")
@@ -78,8 +78,8 @@ class FileTasks(LoadedTasks):
             raise TaskFormatError(f"the 'files' task needs data. {OFFLINE_HINT}")
         self._instructions = system_prompt
         self.shown_tests = shown_tests
-        self._rows = load_rows(path or "", name, split, data_files, (), OFFLINE_HINT)
-        self.validate(self.row(0))
+        self.load(path or "", name, split, data_files, (), OFFLINE_HINT)
+        self.validate_at(self.row(0), 0)
 
     def validate(self, row: Mapping[str, Any]) -> None:
         """Checks that ``row`` poses a task this source can score (raises ``TaskFormatError``)."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from agentfly_envs.errors import TaskFormatError
 from agentfly_envs.rewards import last_boxed
 from agentfly_envs.tasks.base import TASKS, GoldenSolution, Row, TaskSource
-from agentfly_envs.tasks.files import DataFiles, LoadedTasks, load_rows
+from agentfly_envs.tasks.files import DataFiles, LoadedTasks
 
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")
 OFFLINE_HINT = (
@@ -126,4 +126,4 @@ class GSM8KTasks(LoadedTasks, MathWordProblems):
         path: str = "openai/gsm8k",
         name: str | None = "main",
     ) -> None:
-        self._rows = load_rows(path, name, split, data_files, self.required_fields, OFFLINE_HINT)
+        self.load(path, name, split, data_files, self.required_fields, OFFLINE_HINT)

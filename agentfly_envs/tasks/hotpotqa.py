@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentfly_envs.tasks.base import TASKS, GoldenSolution, Row
-from agentfly_envs.tasks.files import DataFiles, LoadedTasks, load_rows
+from agentfly_envs.tasks.files import DataFiles, LoadedTasks
 
 OFFLINE_HINT = (
     "To run offline, pass data_files= a JSON list, JSONL or parquet file of HotpotQA rows ('question', "
@@ -57,7 +57,7 @@ class HotpotQATasks(LoadedTasks):
         path: str = "hotpotqa/hotpot_qa",
         name: str | None = "distractor",
     ) -> None:
-        self._rows = load_rows(path, name, split, data_files, self.required_fields, OFFLINE_HINT)
+        self.load(path, name, split, data_files, self.required_fields, OFFLINE_HINT)
 
     def system_prompt(self, answer_by_tool: bool, tools: Sequence[str]) -> str:
         finish = (

@@ -67,8 +67,8 @@ class AgentConfig:
         tools: Tool names replacing the env's defaults (``google_search`` is our ``search`` under AgentFly's
             name); ``null`` keeps the env's (``[calculator]`` for an env built from files).
         model_name_or_path: Alias of ``actor_rollout_ref.model.path`` (AgentFly's spelling).
-        template: Chat template: ``null`` for the tokenizer's own, one we ship (``compact_tools``, ``qwen2.5-vl``,
-            ``qwen3-vl``), a TRL template name (``qwen2_5``, ``llama3_1``, ...) or a path to a ``.jinja`` file. One
+        template: Chat template: ``null`` for the tokenizer's own, one we ship (``compact_tools``, ``qwen2_5_vl``,
+            ``qwen3_vl``), a TRL template name (``qwen2_5``, ``llama3_1``, ...) or a path to a ``.jinja`` file. One
             that rewrites past turns (Qwen3's, gpt-oss's) is replaced by TRL's training variant of its family for
             rollouts and the warm start (a ``note:`` says so).
         chat_template_kwargs: Extra variables of the chat template, passed to every rendering (rollouts, warm

@@ -49,7 +49,7 @@ def bad_inputs(tmp):
         (
             "rows without a question",
             [f"data.train_files={_write(tmp / 'noq.json', json.dumps([{'text': 'x', 'answer': '1'}]))}"],
-            "no question",
+            f"data.train_files: {tmp / 'noq.json'} row 1 (1-based): the row has no question",  # as for row 4 below
         ),
         ("unknown tool", ["agent.tools=[calculater]"], "did you mean 'calculator'"),
         ("unknown reward", ["agent.reward_name=f1"], "agent.reward_name"),

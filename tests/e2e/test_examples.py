@@ -1,10 +1,13 @@
 """Each example and benchmark script runs end to end with a tiny budget."""
 
+import dataclasses
+import importlib.util
 import json
 import os
 import socket
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -62,6 +65,38 @@ def test_stock_trl_example(readme, tmp_path):
     pytest.importorskip("trl")
     out = run_script(*readme_command(readme, add=[f"grpo.output_dir={tmp_path}", "env.num_rows=4"]).argv[1:])
     assert "rewards/ArithCalcTRLEnvironment/mean" in out
+
+
+def test_the_stock_trl_example_passes_activation_checkpointing_under_the_name_grpo_config_takes(tmp_path):
+    """configs/trl_grpo.yaml turned activation checkpointing off as ``gradient_checkpointing``, which transformers
+    5.23 renamed ``activation_checkpointing``: given the old name, GRPOConfig warned with a FutureWarning. The config
+    uses the new name, and the example passes it under the name the installed GRPOConfig has."""
+    pytest.importorskip("trl", reason=NEEDS_TRAIN_EXTRA)
+    from omegaconf import OmegaConf
+    from trl import GRPOConfig
+
+    spec = importlib.util.spec_from_file_location("trl_grpo_example", REPO_ROOT / "examples" / "trl_grpo.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    settings = OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "configs" / "trl_grpo.yaml").grpo)
+    assert "gradient_checkpointing" not in settings
+
+    @dataclasses.dataclass
+    class Renamed:  # transformers 5.23's TrainingArguments, as far as checkpointing goes
+        activation_checkpointing: bool | None = None
+        gradient_checkpointing: bool | None = None
+
+    @dataclasses.dataclass
+    class Before:  # transformers < 5.23
+        gradient_checkpointing: bool = True
+
+    renamed, before = (example.grpo_arguments(settings, schema) for schema in (Renamed, Before))
+    assert renamed["activation_checkpointing"] is False and "gradient_checkpointing" not in renamed
+    assert before["gradient_checkpointing"] is False and "activation_checkpointing" not in before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        args = GRPOConfig(**example.grpo_arguments({**settings, "output_dir": str(tmp_path)}, GRPOConfig))
+    assert args.gradient_checkpointing is False
 
 
 @runs_readme_command(

@@ -48,7 +48,7 @@ def test_only_the_screen_tells_red_from_blue():
 @runs_readme_command("python benchmarks/vlm_learning.py --seeds 0 1 2 3 4 --out benchmarks/results/vlm_learning.json")
 def test_grpo_on_screenshots_raises_greedy_accuracy(readme, tmp_path):
     """The benchmark's job on one seed, at full size: the warm start (an imperfect demonstrator: greedy accuracy 1/2),
-    then GRPO through the CLI with ``agent_type=gui``, ``template=qwen2.5-vl`` and ``obs=screenshot`` on HF, lifts
+    then GRPO through the CLI with ``agent_type=gui``, ``template=qwen2_5_vl`` and ``obs=screenshot`` on HF, lifts
     greedy validation accuracy by :data:`LEARNING_MARGIN` on screens it never trained on."""
     out = tmp_path / "vlm_learning.json"
     command = readme_command(readme, {"--seeds": "0", "--out": str(out)})
@@ -64,7 +64,7 @@ def test_grpo_on_screenshots_raises_greedy_accuracy(readme, tmp_path):
 @pytest.mark.timeout(600)
 @runs_readme_command(
     "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-vl agent.env=agentfly/TestRedOrBlue "
-    "'agent.imports=[tests/helpers/red_or_blue.py]' agent.agent_type=gui agent.template=qwen2.5-vl "
+    "'agent.imports=[tests/helpers/red_or_blue.py]' agent.agent_type=gui agent.template=qwen2_5_vl "
     "'agent.env_kwargs={obs: screenshot, num_tasks: 256}' 'data.val_env_kwargs={task_seed: 1}' data.val_size=32 "
     "algorithm.adv_estimator=grpo agent.max_turns=1 agent.max_tokens_per_turn=4 "
     "actor_rollout_ref.rollout.response_length=8 sft.enable=true sft.steps=16 sft.num_demos=128 sft.batch_size=8 "

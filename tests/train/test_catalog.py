@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import pytest
 
@@ -31,3 +33,24 @@ def test_each_listing_names_its_registry(kind):
     described = [line for line in lines if len(line.split()) > 1]
     assert len(described) == len(lines), [line for line in lines if line not in described]  # a description each
     assert {"hf", "vllm", "vllm_server"} <= {line.split()[0] for line in listing("backends").splitlines()}
+
+
+AGENTFLY_SPELLINGS = {"qwen2.5": "docs/coming-from-agentfly.md quotes AgentFly's guide's name and says it is `qwen2_5`"}
+"""Template names the docs may write other than as ``list templates`` prints them, each with why."""
+
+
+def test_the_docs_name_each_template_as_list_templates_prints_it():
+    """``agent.template=qwen2.5-vl`` worked (the name is read as ``qwen2_5_vl``) but matched no line of ``list
+    templates``: the README and docs/ write every template name as the listing does."""
+    from tests.helpers.readme import DOC_FILES
+
+    listed = {line.split()[0] for line in listing("templates").splitlines()}
+    written = {
+        (name, path.name)
+        for path in DOC_FILES
+        for name in re.findall(r"agent\.template=([\w.-]+)", path.read_text())
+        if not name.endswith(".jinja")
+    }
+    assert {name for name, _ in written} >= {"qwen2_5_vl", "qwen3_vl"}
+    unlisted = sorted((page, name) for name, page in written if name not in listed | set(AGENTFLY_SPELLINGS))
+    assert not unlisted, f"template names that `python -m agentfly_train list templates` does not print: {unlisted}"

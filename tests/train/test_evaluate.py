@@ -39,11 +39,49 @@ def test_eval_command_writes_one_trajectory_per_validation_row(tmp_path, capsys)
     assert records[0]["messages"][1] == records[1]["messages"][1] != records[2]["messages"][1]
     out = capsys.readouterr().out
     assert "agentfly/Arith-Calc: accuracy" in out and "pass@2 " in out and "over 2 tasks x 2 samples" in out
+    assert out.count('{\n  "reward"') == 1 and json.dumps(records[0], indent=2) in out  # --samples 1
     scores = json.loads((tmp_path / "eval_pass_at_k.json").read_text())
     assert [task["n"] for task in scores["tasks"]] == [2, 2] and scores["k"] == 2
     for task, start in zip(scores["tasks"], (0, 2), strict=True):
         assert task["correct"] == sum(r["correct"] for r in records[start : start + 2])
         assert task["mean@k"] == pytest.approx(sum(r["reward"] for r in records[start : start + 2]) / 2)
+
+
+def test_eval_of_a_saved_model_prints_its_summary_alone(tmp_path, tiny_tokenizer, capfd):
+    """Issue #43: eval printed transformers' weights-loading bar and three trajectories as JSON (about 190 lines)
+    before its summary; the trajectories are in eval.jsonl, and ``--samples N`` prints N of them."""
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
+    from agentfly_train.tiny_model import build_model
+
+    model_dir = tmp_path / "model"
+    build_model(tiny_tokenizer, hidden_size=32, num_layers=1).save_pretrained(model_dir)
+    tiny_tokenizer.save_pretrained(model_dir)
+    bars = transformers_logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
+    transformers_logging.enable_progress_bar()  # as in a new process: a test before this one may have turned it off
+    try:
+        status = main(
+            [
+                "eval",
+                "--config",
+                "quickstart",
+                f"actor_rollout_ref.model.path={model_dir}",
+                "data.val_size=2",
+                "agent.max_tokens_per_turn=8",
+                "agent.max_turns=2",
+                f"trainer.default_local_dir={tmp_path / 'eval'}",
+            ]
+        )
+    finally:
+        (transformers_logging.enable_progress_bar if bars[0] else transformers_logging.disable_progress_bar)()
+        (datasets.enable_progress_bars if bars[1] else datasets.disable_progress_bars)()
+    assert status == 0
+    out, err = capfd.readouterr()
+    assert "Loading weights" not in err
+    lines = out.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("agentfly/Arith-Calc: accuracy") and lines[1].startswith("pass@1 ")
+    assert len((tmp_path / "eval" / "eval.jsonl").read_text().splitlines()) == 2
 
 
 def test_pass_at_k_is_the_unbiased_estimate_on_a_scripted_policy():

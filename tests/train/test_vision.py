@@ -300,7 +300,7 @@ def test_an_episode_within_max_images_is_one_growing_sequence(vision):
 @pytest.mark.parametrize(
     ("inputs", "build_model"),
     [("vision", build_vl_model), ("qwen3_vision", functools.partial(build_vl_model, architecture="qwen3_vl"))],
-    ids=["qwen2.5-vl", "qwen3-vl"],
+    ids=["qwen2_5_vl", "qwen3_vl"],
 )
 def test_hf_sampling_with_images_scores_as_the_trainers_forward(inputs, build_model, request):
     """Log-probabilities HF ``generate`` reports for two left-padded prompts with screenshots are those of one
@@ -349,7 +349,7 @@ def _screenshot_overrides(*extra: str) -> list[str]:
         "actor_rollout_ref.model.path=agentfly:tiny-vl",
         f"agent.env={ENV_ID}",
         "agent.agent_type=gui",
-        "agent.template=qwen2.5-vl",
+        "agent.template=qwen2_5_vl",
         "agent.env_kwargs={obs: screenshot}",
         "algorithm.adv_estimator=grpo",
         "sft.enable=false",  # the quickstart's warm start, on MiniWoB's golden episodes: not what these tests check
@@ -472,7 +472,7 @@ def test_a_qwen3_vl_checkpoint_directory_loads_as_an_image_text_model_with_image
         "image_std": [0.5, 0.5, 0.5],
     }
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(preprocessor))
-    overrides = [*_screenshot_overrides(), f"actor_rollout_ref.model.path={tmp_path}", "agent.template=qwen3-vl"]
+    overrides = [*_screenshot_overrides(), f"actor_rollout_ref.model.path={tmp_path}", "agent.template=qwen3_vl"]
     config = quickstart_config([*overrides, f"agent.image_max_pixels={100 * 32 * 32}"])
     model, tokenizer = load_policy(config)
     images = policy_images(config, tokenizer)
@@ -500,7 +500,7 @@ def test_the_shipped_qwen2_5_vl_template_writes_one_image_token_per_image(vision
 
 
 def test_a_qwen3_vl_episode_wraps_each_screenshot_observation_as_a_tool_response_in_a_user_turn(qwen3_vision):
-    """Qwen3-VL's template (``agent.template=qwen3-vl``): no default system prompt, the observation after each turn a
+    """Qwen3-VL's template (``agent.template=qwen3_vl``): no default system prompt, the observation after each turn a
     user turn holding ``<tool_response>`` around the screenshot's tokens (35 of them: 160 x 224 pixels, 10 x 14
     patches of 16 merged 2 x 2), which are never trained, and the whole episode the template's rendering."""
     tokenizer, images, codec, _ = qwen3_vision
@@ -533,17 +533,17 @@ def test_a_qwen3_vl_episode_wraps_each_screenshot_observation_as_a_tool_response
 @pytest.mark.timeout(600)
 @runs_readme_command(
     "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-vl agent.env=agentfly/MiniWoB-ClickButton "
-    "agent.agent_type=gui agent.template=qwen2.5-vl 'agent.env_kwargs={obs: screenshot}' agent.max_images=1 "
+    "agent.agent_type=gui agent.template=qwen2_5_vl 'agent.env_kwargs={obs: screenshot}' agent.max_images=1 "
     "algorithm.adv_estimator=grpo agent.max_turns=2 agent.max_tokens_per_turn=32 agent.num_chains=2 "
     "data.train_batch_size=2 data.val_size=0 trainer.total_training_steps=2",
     "python -m agentfly_train actor_rollout_ref.model.path=agentfly:tiny-qwen3-vl "
-    "agent.env=agentfly/MiniWoB-ClickButton agent.agent_type=gui agent.template=qwen3-vl "
+    "agent.env=agentfly/MiniWoB-ClickButton agent.agent_type=gui agent.template=qwen3_vl "
     "'agent.env_kwargs={obs: screenshot}' "
     "algorithm.adv_estimator=grpo agent.max_turns=2 agent.max_tokens_per_turn=32 agent.num_chains=2 "
     "data.train_batch_size=2 data.val_size=0 trainer.total_training_steps=2",
 )
 def test_two_training_steps_on_screenshots_through_the_cli(tmp_path, readme, browser):
-    """``agent_type=gui``, ``template=qwen2.5-vl`` (``qwen3-vl``) and ``obs=screenshot`` on the tiny Qwen2.5-VL
+    """``agent_type=gui``, ``template=qwen2_5_vl`` (``qwen3_vl``) and ``obs=screenshot`` on the tiny Qwen2.5-VL
     (Qwen3-VL): two optimiser steps whose
     loss ran the model on the batch's screenshots (a gradient flows), then ``final/`` is written with the image
     processor; the run's report, opened in headless Chromium, shows the saved training episodes' screenshots."""

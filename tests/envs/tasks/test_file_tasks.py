@@ -73,6 +73,36 @@ def test_rows_the_task_cannot_pose_or_score_are_refused_naming_the_fields(rows, 
         gym.make("agentfly/Files", data_files=str(path))
 
 
+def test_a_bad_first_row_is_named_by_its_file_and_row_as_any_other(tmp_path):
+    """Issue #43: the check at ``gym.make`` named neither the file nor the row (the trainer's own check of every row
+    named both from row 2 on), and listed the field ``datasets`` had filled with ``None`` as present."""
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text('{"question": "2+2?"}\n{"question": "3+3?", "answer": "6"}\n')
+    second.write_text('{"question": "4+4?", "answer": "8"}\n')
+    with pytest.raises(TaskFormatError) as error:
+        gym.make("agentfly/Files", data_files=[str(first), str(second)])
+    assert str(error.value).startswith(f"{first} row 1 (1-based): the row has no reference answer")
+    assert str(error.value).endswith("the row has ['question']")
+
+
+def test_a_row_an_episode_cannot_start_on_is_named_by_its_file_and_its_row_in_that_file(tmp_path):
+    from datasets import Dataset
+
+    files = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    Dataset.from_list([{"question": "2+2?", "answer": "#### 4"}] * 3).to_parquet(files[0])
+    Dataset.from_list([{"question": "3+3?", "answer": "#### 6"}, {"question": "4+4?", "answer": None}]).to_parquet(
+        files[1]
+    )
+    env = gym.make("agentfly/GSM8K-Calc", data_files=files)
+    env.reset(options={"index": 3})
+    with pytest.raises(TaskFormatError) as error:
+        env.reset(options={"index": 4})
+    assert str(error.value).startswith(f"{files[1]} row 2 (1-based): task row is missing field(s) ['answer']")
+    env.reset(options={"task": {"question": "5+5?", "answer": "#### 10"}})  # a row of the caller's: no location
+    with pytest.raises(TaskFormatError, match=r"^task row is missing field\(s\) \['answer'\]"):
+        env.reset(options={"task": {"question": "5+5?"}})
+
+
 def test_no_data_says_what_to_pass():
     with pytest.raises(AgentflyError, match="data_files="):
         gym.make("agentfly/Files")
