@@ -233,13 +233,14 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
     from agentfly_train.devices import policy_dtype, training_device
     from agentfly_train.generation.base import backend_of
     from agentfly_train.models import add_stop_tokens, load_policy, lora_config
+    from agentfly_train.quiet import no_progress_bars
     from agentfly_train.sft import warm_start_on_demonstrations
     from agentfly_train.trl_args import critic_settings, grpo_config, rl_settings
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
     data = run_data(config)
     try:
-        _quiet_libraries()
+        no_progress_bars()
         device = training_device(config.trainer.device)
         dtype = policy_dtype(config.actor_rollout_ref.model.dtype, device)
         world_size = PartialState(cpu=device == "cpu").num_processes
@@ -274,16 +275,6 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
         pin_reference(model, run_dir, copy=config.sft.enable or config.model_path in TINY_POLICIES)
     trainer = assemble_trainer(config, settings, model, tokenizer, codec, data.train, data.val)
     return PreparedRun(trainer, config.trainer, checkpoint, result)
-
-
-def _quiet_libraries() -> None:
-    """No per-file progress bars from transformers (loading and saving shards) and datasets: the run's own
-    progress bar and log lines are the output."""
-    import datasets
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()
-    datasets.disable_progress_bars()
 
 
 def pin_reference(model: Any, run_dir: Path, copy: bool) -> None:

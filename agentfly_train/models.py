@@ -56,14 +56,16 @@ def resolve_chat_template(template: str | None) -> str | None:
 
 
 def known_templates() -> list[str]:
-    """The template names ``agent.template`` accepts: ours (:mod:`agentfly_train.chat_templates`), then TRL's."""
+    """The template names ``agent.template`` accepts: ours (:mod:`agentfly_train.chat_templates`), then TRL's (those
+    of ours' names left out: ours override them)."""
     import trl
 
     from agentfly_train.chat_templates import shipped_templates
 
+    ours = shipped_templates()
     trl_templates = Path(trl.__file__).parent / "chat_templates"
     theirs = sorted(p.stem for p in trl_templates.glob("*.jinja") if not p.stem.endswith("_training"))
-    return shipped_templates() + theirs
+    return ours + [name for name in theirs if name not in ours]
 
 
 GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
