@@ -246,7 +246,7 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
         world_size = PartialState(cpu=device == "cpu").num_processes
         check_launch(config.trainer, world_size, device)
         main_process = PartialState().is_main_process
-        for note in ignored_settings(config, world_size) if main_process else []:
+        for note in [*ignored_settings(config, world_size), *data.notes] if main_process else []:
             print(f"note: {note}", file=sys.stderr)
         trains_critic = get_advantage_estimator(config.algorithm.adv_estimator).trains_critic
         rl, critic = rl_settings(config), critic_settings(config, world_size) if trains_critic else None

@@ -7,7 +7,7 @@ import functools
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -141,8 +141,19 @@ def val_rows(config: TrainConfig, env: gym.Env | None) -> list[dict[str, Any]]:
 
 
 def has_validation(config: TrainConfig) -> bool:
-    """Whether the run validates: it has validation files, or an env whose own task source serves them."""
-    return config.data.val_size != 0 and (bool(config.data.val_files) or config.agent.env is not None)
+    """Whether the run validates: it has validation files, or an env whose own task source serves them. An env that
+    reads the run's data files (GSM8K, HotpotQA, code tests) and got ``data.train_files`` validates on
+    ``data.val_files`` only: its own default data is on the Hub, which a run with its own files never asks."""
+    if config.data.val_size == 0:
+        return False
+    return bool(config.data.val_files) or (config.agent.env is not None and not validates_on_files_only(config))
+
+
+def validates_on_files_only(config: TrainConfig) -> bool:
+    """Whether ``agent.env`` reads the run's ``data.train_files``, so that only ``data.val_files`` can serve its
+    validation rows (:func:`has_validation`)."""
+    env_id = config.agent.env
+    return env_id is not None and bool(config.data.train_files) and takes_data_files(env_id, env_kwargs(config, True))
 
 
 def check_search_backend(config: TrainConfig, rows: list[dict[str, Any]]) -> None:
@@ -171,11 +182,13 @@ class RunData:
         env: The training env (open: the SFT warm start plays its golden episodes; the caller closes it).
         train: Training rows.
         val: Validation rows (empty: no validation).
+        notes: What the run's log should say of them (one line each).
     """
 
     env: gym.Env
     train: list[dict[str, Any]]
     val: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
 
 
 def run_data(config: TrainConfig) -> RunData:
@@ -199,7 +212,13 @@ def run_data(config: TrainConfig) -> RunData:
             f"data.train_batch_size={config.data.train_batch_size} prompts per step, but there are only "
             f"{len(train)} training rows: lower data.train_batch_size or give more rows"
         )
-    return RunData(env, train, val)
+    notes = []
+    if not config.data.val_files and config.data.val_size != 0 and validates_on_files_only(config):
+        notes.append(
+            f"no validation: agent.env={config.agent.env} reads data.train_files, and its own data would come from "
+            "the Hub; set data.val_files to validate"
+        )
+    return RunData(env, train, val, notes)
 
 
 def task_rows(env: gym.Env, files: Sequence[str] | None, limit: int | None) -> list[dict[str, Any]]:

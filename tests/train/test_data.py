@@ -72,3 +72,29 @@ def test_an_env_with_data_files_reads_them_instead_of_the_hub():
     assert takes_data_files("agentfly/GSM8K-Calc", spec_kwargs) and takes_data_files("agentfly/HotpotQA-Search", {})
     assert not takes_data_files("agentfly/Arith-Calc", spec_kwargs)  # generated tasks: the files are only rows
     assert takes_data_files("agentfly/Arith-Calc", {"task": "files"})  # agent.env_kwargs may pick another source
+
+
+def test_an_env_reading_the_runs_train_files_validates_on_its_val_files_only_and_never_asks_the_hub(monkeypatch):
+    from agentfly_train.config import load_config
+    from agentfly_train.data import has_validation, run_data
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # GSM8K's own data (the Hub) would fail at once, not after 35 s
+    sample = str(REPO_ROOT / "data" / "gsm8k_sample.jsonl")
+    base = [
+        "actor_rollout_ref.model.path=agentfly:tiny",
+        "agent.env=agentfly/GSM8K-Calc",
+        f"data.train_files=[{sample}]",
+    ]
+    data = run_data(load_config(base))
+    data.env.close()
+    assert data.val == [] and len(data.train) > 2
+    assert data.notes == [
+        "no validation: agent.env=agentfly/GSM8K-Calc reads data.train_files, and its own data would come from the "
+        "Hub; set data.val_files to validate"
+    ]
+    with_val = run_data(load_config([*base, f"data.val_files=[{sample}]", "data.val_size=3"]))
+    with_val.env.close()
+    assert len(with_val.val) == 3 and with_val.notes == []
+    assert has_validation(
+        load_config(["actor_rollout_ref.model.path=agentfly:tiny", "agent.env=agentfly/Arith-Calc"])
+    )  # an env whose own tasks are generated
