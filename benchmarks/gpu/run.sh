@@ -3,7 +3,7 @@
 # accelerate but not the rest of the trainer's needs. Here first: python benchmarks/gpu/wheelhouse.py build (makes
 # .gpu/); carry .gpu to the machine, then, from the repository's root there:
 #     bash benchmarks/gpu/run.sh            # writes $OUT/gpu_trainer_speed.json and $OUT/log.txt
-# BUDGET (seconds, default 330) bounds the training runs; the install and checks take about half a minute more.
+# BUDGET (seconds, default 400) bounds the training runs; the install and checks take about half a minute more.
 # Arguments go to trainer_speed.py (--dry-run: a CPU run of the same code).
 set -euo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -22,4 +22,4 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 "$VENV"/bin/python benchmarks/gpu/wheelhouse.py check | tee "$OUT/log.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/log.txt" || true
 "$VENV"/bin/python benchmarks/gpu/trainer_speed.py --out "$OUT/gpu_trainer_speed.json" \
-    --budget "${BUDGET:-330}" "$@" 2>&1 | tee -a "$OUT/log.txt"
+    --budget "${BUDGET:-400}" "$@" 2>&1 | tee -a "$OUT/log.txt"
