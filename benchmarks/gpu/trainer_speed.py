@@ -352,34 +352,41 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     deadline = time.monotonic() + args.budget
     device = "cuda" if torch.cuda.is_available() else "cpu"
     result: dict[str, Any] = {"machine": machine(), "batch": asdict(args.batch), "runs": [], "ratios": {}}
-    models = Path(tempfile.mkdtemp(prefix="agentfly-gpu-models-"))
-    for shape, trainer_name, checkpointing in DRY_RUNS if args.dry_run else GPU_RUNS:
-        name = f"{shape}/{trainer_name}/{'ckpt' if checkpointing else 'no-ckpt'}"
-        left = deadline - time.monotonic()
-        if left < args.min_run_s:
-            result["runs"].append({"run": name, "skipped": f"{left:.0f} s of the budget left"})
-            continue
-        model_dir = models / shape
-        if not model_dir.exists():
-            build_model(shape, args.tokenizer, model_dir, device)
-            torch.cuda.empty_cache() if device == "cuda" else None
-        command = [sys.executable, __file__, "--one", shape, trainer_name, str(checkpointing), str(model_dir),
-                   "--batch", *map(str, asdict(args.batch).values())]  # fmt: skip
-        started = time.monotonic()
-        try:
-            timeout = min(deadline - time.monotonic(), args.run_timeout)
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-            lines = done.stdout.strip().splitlines()
-            record = json.loads(lines[-1]) if done.returncode == 0 and lines else {"error": _last_line(done.stderr)}
-        except subprocess.TimeoutExpired:
-            record = {"error": f"stopped after {timeout:.0f} s"}
-        record.update(run=name, wall_s=time.monotonic() - started)
-        result["runs"].append(record)
-        result["ratios"] = ratios(result["runs"])
-        args.out.write_text(json.dumps(result, indent=2))
-        print(_summary(record), flush=True)
+    with tempfile.TemporaryDirectory(prefix="agentfly-gpu-models-") as scratch:  # a 1.7B model is 3.4 GB
+        models = Path(scratch)
+        for shape, trainer_name, checkpointing in DRY_RUNS if args.dry_run else GPU_RUNS:
+            name = f"{shape}/{trainer_name}/{'ckpt' if checkpointing else 'no-ckpt'}"
+            left = deadline - time.monotonic()
+            if left < args.min_run_s:
+                result["runs"].append({"run": name, "skipped": f"{left:.0f} s of the budget left"})
+                continue
+            model_dir = models / shape
+            if not model_dir.exists():
+                build_model(shape, args.tokenizer, model_dir, device)
+                if device == "cuda":  # the parent's cached blocks would stay out of the children's reach
+                    torch.cuda.empty_cache()
+            started = time.monotonic()
+            arguments = [shape, trainer_name, str(checkpointing), str(model_dir)]
+            record = _child_run(arguments, args.batch, min(deadline - started, args.run_timeout))
+            record.update(run=name, wall_s=time.monotonic() - started)
+            result["runs"].append(record)
+            result["ratios"] = ratios(result["runs"])
+            args.out.write_text(json.dumps(result, indent=2))
+            print(_summary(record), flush=True)
     args.out.write_text(json.dumps(result, indent=2))
     return result
+
+
+def _child_run(arguments: list[str], batch: Batch, timeout: float) -> dict[str, Any]:
+    """One run (``--one ARGUMENTS``) in a child process: its figures, or ``{"error": ...}`` (its last line of
+    output, or the timeout that stopped it)."""
+    command = [sys.executable, __file__, "--one", *arguments, "--batch", *map(str, asdict(batch).values())]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"stopped after {timeout:.0f} s"}
+    lines = done.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if done.returncode == 0 and lines else {"error": _last_line(done.stderr)}
 
 
 def _last_line(text: str) -> str:
