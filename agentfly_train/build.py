@@ -18,14 +18,10 @@ from typing import TYPE_CHECKING, Any
 from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnvError
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import TrainConfig, TrainerConfig
-from agentfly_train.data import (
-    env_kwargs,
-    opening_prompt,
-    run_data,
-    trl_dataset,
-)
+from agentfly_train.data import RunData, run_data
 from agentfly_train.generation.base import GENERATION_BACKENDS, SamplingParams
 from agentfly_train.models import make_codec
+from agentfly_train.prompt_dataset import opening_prompt, trl_dataset
 from agentfly_train.rollout import AgentRollout, ChatCodec, RolloutBudgets
 from agentfly_train.run_dir import REFERENCE_DIR, RunResult
 from agentfly_train.tiny_policies import TINY_POLICIES
@@ -57,11 +53,14 @@ def env_pool(config: TrainConfig, kwargs: dict[str, Any]) -> EnvPool:
         raise ConfigError(f"actor_rollout_ref.rollout.env_workers / env_worker_*: {error}") from None
 
 
-def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any], async_episodes: bool) -> AgentRollout:
+def agent_rollout(
+    config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any], async_episodes: bool, truncation_reward: float
+) -> AgentRollout:
     """The rollout driver of the configured agent: an env pool made with ``kwargs`` (:func:`env_pool`), the
-    budgets, training and validation sampling, and the env-stepping threads (with Ray envs, enough threads to wait on
-    every env of every actor), each episode at its own pace where the generation backend serves that
-    (``async_episodes``: :meth:`~agentfly_train.generation.base.BackendRegistry.async_episodes`); the caller closes it
+    budgets (an episode they cut short gets the env's ``truncation_reward``), training and validation sampling, and
+    the env-stepping threads (with Ray envs, enough threads to wait on every env of every actor), each episode at its
+    own pace where the generation backend serves that (``async_episodes``:
+    :meth:`~agentfly_train.generation.base.BackendRegistry.async_episodes`); the caller closes it
     (:meth:`~agentfly_train.rollout.AgentRollout.close`)."""
     pool = env_pool(config, kwargs)
     rollout = config.actor_rollout_ref.rollout
@@ -74,6 +73,7 @@ def agent_rollout(config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any],
             max_tokens_per_turn=config.agent.max_tokens_per_turn,
             response_length=rollout.response_length,
             max_images=config.agent.max_images,
+            truncation_reward=truncation_reward,
         ),
         train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
         val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
@@ -111,8 +111,7 @@ def make_trainer(
     model: Any,
     tokenizer: Any,
     codec: ChatCodec,
-    train_tasks: list[dict[str, Any]],
-    val_tasks: list[dict[str, Any]],
+    data: RunData,
     world_size: int,
 ) -> Any:
     """The :class:`~agentfly_train.trainer.AgentGRPOTrainer` of a run (:func:`assemble_trainer`), its
@@ -126,7 +125,7 @@ def make_trainer(
     critic = critic_settings(config, world_size) if trains_critic else None
     async_episodes = GENERATION_BACKENDS.async_episodes(config.actor_rollout_ref.rollout, config.agent.backend)
     settings = TrainerSettings(args, rl_settings(config), critic, lora_config(config), async_episodes)
-    return assemble_trainer(config, settings, model, tokenizer, codec, train_tasks, val_tasks)
+    return assemble_trainer(config, settings, model, tokenizer, codec, data)
 
 
 def assemble_trainer(
@@ -135,8 +134,7 @@ def assemble_trainer(
     model: Any,
     tokenizer: Any,
     codec: ChatCodec,
-    train_tasks: list[dict[str, Any]],
-    val_tasks: list[dict[str, Any]],
+    data: RunData,
 ) -> Any:
     """The :class:`~agentfly_train.trainer.AgentGRPOTrainer` of a run: its rollout port (the rollout driver over a
     pool of training envs and the generation backend, :class:`~agentfly_train.trainer.port.RolloutPort`), the
@@ -152,8 +150,8 @@ def assemble_trainer(
         model: The policy.
         tokenizer: Its tokenizer.
         codec: The chat codec (:func:`~agentfly_train.models.make_codec`).
-        train_tasks: Training rows.
-        val_tasks: Validation rows.
+        data: The run's rows, the kwargs of its envs and their contract (:func:`~agentfly_train.data.run_data`;
+            its env may be closed).
     """
     from agentfly_train.algorithms import make_kl_controller
     from agentfly_train.critic import build_value_model
@@ -162,8 +160,9 @@ def assemble_trainer(
     from agentfly_train.trainer.port import RolloutPort
     from agentfly_train.trainer.schedules import build_schedule
 
-    agent = agent_rollout(config, codec, env_kwargs(config), settings.async_episodes)
-    dataset = trl_dataset(train_tasks, opening_prompt(codec, agent.pool))
+    truncation_reward = data.contract.truncation_reward
+    agent = agent_rollout(config, codec, data.env_kwargs, settings.async_episodes, truncation_reward)
+    dataset = trl_dataset(data.train, opening_prompt(codec, agent.pool))
     critic_model = kl_ctrl = None
     if settings.critic is not None:
         trust_remote_code = config.actor_rollout_ref.model.trust_remote_code
@@ -171,14 +170,14 @@ def assemble_trainer(
     if config.algorithm.use_kl_in_reward:
         kl = config.algorithm.kl_ctrl
         kl_ctrl = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
-    schedule = build_schedule(config, train_tasks)
+    schedule = build_schedule(config, data.train)
     return AgentGRPOTrainer(
         port=RolloutPort(agent, functools.partial(build_backend, config)),
         rl=settings.rl,
         kl_ctrl=kl_ctrl,
         critic_model=critic_model,
         critic_settings=settings.critic,
-        val_rows=val_tasks,
+        val_rows=data.val,
         val_batch_size=config.data.val_batch_size,
         log_val_generations=config.trainer.log_val_generations,
         log_train_generations=config.trainer.log_train_generations,
@@ -230,11 +229,12 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
     from agentfly_train.algorithms import get_advantage_estimator
     from agentfly_train.checkpoints import open_run_dir
     from agentfly_train.config.validation import check_launch, ignored_settings
+    from agentfly_train.demonstrations import warm_start_phases
     from agentfly_train.devices import policy_dtype, training_device
     from agentfly_train.generation.base import backend_of
-    from agentfly_train.models import add_stop_tokens, load_policy, lora_config
+    from agentfly_train.models import load_policy, lora_config
     from agentfly_train.quiet import no_progress_bars
-    from agentfly_train.sft import warm_start_on_demonstrations
+    from agentfly_train.sft import warm_start
     from agentfly_train.trl_args import critic_settings, grpo_config, rl_settings
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tools may fork after the tokenizer ran
@@ -256,24 +256,27 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
         set_seed(config.trainer.seed)
         async_episodes = GENERATION_BACKENDS.async_episodes(config.actor_rollout_ref.rollout, config.agent.backend)
         backend_of(config).preflight(config)
+        peft = lora_config(config)
         model, tokenizer = load_policy(config)
         codec = make_codec(config, tokenizer, data.env, data.train[0])
-        add_stop_tokens(model, codec.stop_token_ids)
-        settings = TrainerSettings(args, rl, critic, lora_config(config), async_episodes)
+        codec.stop_generation(model)
+        settings = TrainerSettings(args, rl, critic, peft, async_episodes)
         if codec.note and main_process:
             print(f"note: {codec.note}", file=sys.stderr)
         result = RunResult(run_dir=str(run_dir))
         if config.sft.enable and checkpoint is None:  # the first sft.num_demos training rows' demonstrations
-            model, result.sft_loss = warm_start_on_demonstrations(
-                model, tokenizer, data.env, codec, data.train[: config.sft.num_demos], config.sft,
-                use_cpu=device == "cpu", seed=config.trainer.seed, bf16=args.bf16, max_images=config.agent.max_images,
-                show_progress=show_progress,
+            sft, seed = config.sft, config.trainer.seed
+            demos = data.train[: sft.num_demos]
+            phases = warm_start_phases(data.env, data.contract, codec, demos, sft, seed, config.agent.max_images)
+            model, result.sft_loss = warm_start(
+                model, tokenizer, phases, lr=sft.lr, batch_size=sft.batch_size, use_cpu=device == "cpu", seed=seed,
+                bf16=args.bf16, warmup_ratio=sft.warmup_ratio, images=codec.images, show_progress=show_progress,
             )  # fmt: skip
     finally:
         data.env.close()  # the rollouts make their own envs; a web env's browser goes with this one, also on error
     if args.beta and config.actor_rollout_ref.model.lora_rank == 0:
         pin_reference(model, run_dir, copy=config.sft.enable or config.model_path in TINY_POLICIES)
-    trainer = assemble_trainer(config, settings, model, tokenizer, codec, data.train, data.val)
+    trainer = assemble_trainer(config, settings, model, tokenizer, codec, data)
     return PreparedRun(trainer, config.trainer, checkpoint, result)
 
 

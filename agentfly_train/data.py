@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import functools
-import json
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +14,6 @@ from agentfly_envs.contract import check_env_contract, env_contract
 from agentfly_envs.errors import (
     AgentflyError,
     EnvContractError,
-    InfrastructureError,
     TaskFormatError,
     ToolDefinitionError,
 )
@@ -28,8 +24,7 @@ from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import TrainConfig
 
 if TYPE_CHECKING:
-    from agentfly_envs.runtime import EnvPool
-    from agentfly_train.rollout.codec import ChatCodec
+    from agentfly_envs.contract import TrainableEnv
 
 ENV_VAL_SIZE = 256
 """Validation rows taken from an env's own task source (which may generate thousands) when ``data.val_size`` is
@@ -182,13 +177,20 @@ class RunData:
         env: The training env (open: the SFT warm start plays its golden episodes; the caller closes it).
         train: Training rows.
         val: Validation rows (empty: no validation).
+        env_kwargs: The keyword arguments it was made with (:func:`env_kwargs`), those of the rollouts' envs.
         notes: What the run's log should say of them (one line each).
     """
 
     env: gym.Env
     train: list[dict[str, Any]]
     val: list[dict[str, Any]]
+    env_kwargs: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def contract(self) -> TrainableEnv:
+        """The training env's members beyond Gymnasium's API (:func:`~agentfly_envs.contract.env_contract`)."""
+        return env_contract(self.env)
 
 
 def run_data(config: TrainConfig) -> RunData:
@@ -218,7 +220,7 @@ def run_data(config: TrainConfig) -> RunData:
             f"no validation: agent.env={config.agent.env} reads data.train_files, and its own data would come from "
             "the Hub; set data.val_files to validate"
         )
-    return RunData(env, train, val, notes)
+    return RunData(env, train, val, env_kwargs(config), notes)
 
 
 def task_rows(env: gym.Env, files: Sequence[str] | None, limit: int | None) -> list[dict[str, Any]]:
@@ -268,50 +270,3 @@ def file_task_rows(files: Sequence[str], env: gym.Env, limit: int | None) -> lis
         DataUnavailableError: a file cannot be read (for JSON, the message names the line), or all are empty.
     """
     return task_rows(env, files, limit)
-
-
-class PromptColumn:
-    """A dataset transform that adds ``prompt`` (``render_prompt(row)``) to each batch of ``task`` rows read.
-
-    ``datasets`` fingerprints a transform by pickling it; the renderer (a tokenizer, envs) is neither worth
-    serialising nor picklable, so the transform pickles as a token unique to this instance.
-    """
-
-    def __init__(self, render_prompt: Callable[[dict[str, Any]], str]) -> None:
-        self.render_prompt = render_prompt
-        self.token = uuid.uuid4().hex
-
-    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        return {**batch, "prompt": [self.render_prompt(json.loads(task)) for task in batch["task"]]}
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (str, (self.token,))
-
-
-def opening_prompt(codec: ChatCodec, pool: EnvPool) -> Callable[[dict[str, Any]], str]:
-    """A row's rendered opening (its episode's first messages, reset on an env of ``pool``, through ``codec``'s
-    template with the generation prompt), for TRL's ``prompt`` column (:func:`trl_dataset`; its logs, the rollouts
-    reset their own envs): the task row as text when the reset meets an infrastructure failure (a dead server)."""
-    return functools.partial(_render_opening, codec, pool)
-
-
-def _render_opening(codec: ChatCodec, pool: EnvPool, row: dict[str, Any]) -> str:
-    try:
-        _, info = pool.take(1)[0].reset(options={"task": row})
-        messages = info["messages"]
-    except InfrastructureError:
-        messages = [{"role": "user", "content": json.dumps(row)}]
-    return codec.render(messages, add_generation_prompt=True)
-
-
-def trl_dataset(rows: Sequence[Mapping[str, Any]], render_prompt: Callable[[dict[str, Any]], str]) -> Any:
-    """The ``datasets.Dataset`` the trainer iterates: ``task`` (the row as JSON, since rows of one file may differ
-    in their fields) and ``prompt`` (``render_prompt(row)``: the rendered opening, for TRL's logs).
-
-    ``prompt`` is rendered when a row is read (:class:`PromptColumn`), so a run renders the rows it samples, not
-    every row of a large task set at start-up.
-    """
-    from datasets import Dataset
-
-    tasks = Dataset.from_dict({"task": [json.dumps(dict(row), default=str) for row in rows]})
-    return tasks.with_transform(PromptColumn(render_prompt))

@@ -185,11 +185,12 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
         ``mean@k`` and their intervals ``pass@k_ci``, ``mean@k_ci`` (:func:`k_scores` over ``eval.n`` samples of each
         task, also written with the per-task figures to :data:`KSCORES_FILE` beside ``eval.jsonl``).
     """
+    from agentfly_envs.contract import env_contract
     from agentfly_train.build import agent_rollout
     from agentfly_train.data import env_kwargs, has_validation, make_env, val_rows
     from agentfly_train.devices import training_device
     from agentfly_train.generation.base import GENERATION_BACKENDS, Policy, backend_of, build_backend
-    from agentfly_train.models import add_stop_tokens, load_policy, make_codec
+    from agentfly_train.models import load_policy, make_codec
     from agentfly_train.quiet import no_progress_bars
     from agentfly_train.samples import write_samples
     from agentfly_train.sharding import engine_weights
@@ -204,14 +205,15 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     model, tokenizer = load_policy(config)
     model.to(training_device(config.trainer.device))
     codec = make_codec(config, tokenizer, env, rows[0])
-    add_stop_tokens(model, codec.stop_token_ids)
+    codec.stop_generation(model)
+    truncation_reward = env_contract(env).truncation_reward
     env.close()
     backend = build_backend(config, Policy.plain(model, tokenizer, codec.images))
     if backend.has_own_weights:
         backend.load_weights(engine_weights(model))
     samples = config.eval.samples
     async_episodes = GENERATION_BACKENDS.async_episodes(config.actor_rollout_ref.rollout, config.agent.backend)
-    agent = agent_rollout(config, codec, kwargs, async_episodes)
+    agent = agent_rollout(config, codec, kwargs, async_episodes, truncation_reward)
     try:
         stats, trajectories = agent.evaluate(
             backend, [row for row in rows for _ in range(samples)], config.data.val_batch_size

@@ -164,14 +164,6 @@ def _no_image_processor(path: str, why: str) -> ConfigError:
     )
 
 
-def add_stop_tokens(model: Any, token_ids: list[int]) -> None:
-    """Adds ``token_ids`` to the tokens that end the model's generation (``generation_config.eos_token_id``), e.g.
-    gpt-oss's ``<|call|>``, which a checkpoint's configuration may lack."""
-    configured = model.generation_config.eos_token_id
-    configured = [configured] if isinstance(configured, int) else list(configured or [])
-    model.generation_config.eos_token_id = sorted({*configured, *token_ids})
-
-
 def policy_tokenizer(config: TrainConfig) -> Any:
     """The policy's tokenizer with ``agent.template`` applied, padding on the left (no model is loaded).
 

@@ -54,11 +54,12 @@ def main() -> None:
     from agentfly_envs.adapters.trl import make_trl_environment, trl_dataset_rows
     from agentfly_envs.runtime import LocalEnvPool
     from agentfly_train.config import QUICKSTART, load_config
-    from agentfly_train.data import trl_dataset
+    from agentfly_train.demonstrations import golden_token_rows
     from agentfly_train.generation import SamplingParams
     from agentfly_train.models import make_codec
+    from agentfly_train.prompt_dataset import trl_dataset
     from agentfly_train.rollout import AgentRollout, RolloutBudgets
-    from agentfly_train.sft import golden_token_rows, warm_start
+    from agentfly_train.sft import WarmStartPhase, warm_start
     from agentfly_train.tiny_model import build_model, build_tokenizer
     from agentfly_train.trainer import AgentGRPOTrainer
     from agentfly_train.trainer.port import RolloutPort
@@ -79,10 +80,9 @@ def main() -> None:
     config = load_config(config_files=[QUICKSTART])  # GRPO
     codec = make_codec(config, tokenizer, env, tasks[0])
     with tempfile.TemporaryDirectory() as scratch:
-        warm_start(
-            model, tokenizer, golden_token_rows(env, codec, [env.unwrapped.tasks.row(i) for i in range(256)]),
-            steps=args.sft_steps, lr=3e-3, batch_size=16, output_dir=scratch, use_cpu=True, seed=0,
-        )  # fmt: skip
+        demos = golden_token_rows(env, codec, [env.unwrapped.tasks.row(i) for i in range(256)])
+        model, _ = warm_start(model, tokenizer, [WarmStartPhase(demos, args.sft_steps)], lr=3e-3, batch_size=16,
+                              use_cpu=True, seed=0)  # fmt: skip
 
         def grpo_args(name: str) -> GRPOConfig:
             return GRPOConfig(

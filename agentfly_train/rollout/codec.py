@@ -96,6 +96,14 @@ class ChatCodec:
         """Ids of the tokens that end an assistant turn (:attr:`end_tokens`)."""
         return [self.tokenizer.convert_tokens_to_ids(token) for token in self.end_tokens]
 
+    def stop_generation(self, model: Any) -> None:
+        """Adds :attr:`stop_token_ids` to the tokens that end ``model``'s generation
+        (``generation_config.eos_token_id``, which the generation backends stop at), e.g. gpt-oss's ``<|call|>``,
+        which a checkpoint's configuration may lack."""
+        configured = model.generation_config.eos_token_id
+        configured = [configured] if isinstance(configured, int) else list(configured or [])
+        model.generation_config.eos_token_id = sorted({*configured, *self.stop_token_ids})
+
     @property
     def reads_tool_calls(self) -> bool:
         """Whether sampled turns are read in the model's own tool-call format (env actions are then messages)."""

@@ -22,7 +22,6 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentfly_envs.contract import env_contract
 from agentfly_envs.core import ERROR_KINDS
 from agentfly_envs.errors import InfrastructureError, one_line
 from agentfly_envs.parsers import Action
@@ -50,12 +49,15 @@ class RolloutBudgets:
         response_length: Tokens in the whole completion, sampled and observation tokens together.
         max_images: Images in the episode's context (prompt and observations): the newest are kept, older ones
             are replaced by text (:meth:`~agentfly_train.rollout.ChatCodec.drop_oldest_images`). ``None``: no cap.
+        truncation_reward: The reward of an episode these limits cut short (the env's
+            :attr:`~agentfly_envs.contract.TrainableEnv.truncation_reward`).
     """
 
     max_turns: int
     max_tokens_per_turn: int
     response_length: int
     max_images: int | None = None
+    truncation_reward: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -270,8 +272,8 @@ def play_turns(
     trajectory = start_episode(env, task, codec, budgets.max_images)
     for action, ids, mask in () if trajectory.excluded else script():
         stepped = step_env(env, action)
-        going = record_turn(trajectory, env, Generation(ids, [0.0] * len(ids), stopped=True), action, stepped, codec,
-                            budgets)  # fmt: skip
+        turn = Generation(ids, [0.0] * len(ids), stopped=True)
+        going = record_turn(trajectory, turn, action, stepped, codec, budgets)
         span = trajectory.turn_spans[-1]
         trajectory.env_mask[span.start : span.end] = mask
         if not going:
@@ -297,7 +299,6 @@ def needs_env_step(generation: Generation, room: int) -> bool:
 
 def record_turn(
     trajectory: Trajectory,
-    env: gym.Env,
     generation: Generation,
     text: Action,
     stepped: StepResult | None,
@@ -309,12 +310,11 @@ def record_turn(
 
     Args:
         trajectory: The episode.
-        env: Its env (for the truncation reward when the episode ends unscored).
         generation: The sampled turn.
         text: Its decoded text, or message (:meth:`ChatCodec.decode`; what the env was given).
         stepped: The env's step on ``text``, or ``None`` when the completion budget cut the turn.
         codec: Chat-template token ids.
-        budgets: The episode's limits.
+        budgets: The episode's limits (and the reward of an episode they cut short).
         version: The policy version that sampled the turn.
 
     Returns:
@@ -341,7 +341,7 @@ def record_turn(
             return True
         end, info = ("length", None), {}
     reason, reward = end
-    finish(trajectory, env, reason, reward, info or None)
+    finish(trajectory, reason, budgets.truncation_reward if reward is None else reward, info or None)
     return False
 
 
@@ -445,17 +445,11 @@ def supervised_rows(trajectory: Trajectory, codec: ChatCodec, max_images: int | 
     return rows
 
 
-def finish(
-    trajectory: Trajectory,
-    env: gym.Env,
-    reason: str,
-    reward: float | None = None,
-    info: Mapping[str, Any] | None = None,
-) -> None:
-    """Ends the episode with ``reason`` (one of :data:`FINISH_REASONS`) and the env's ``reward``, or its
-    truncation reward when the env did not score it."""
+def finish(trajectory: Trajectory, reason: str, reward: float, info: Mapping[str, Any] | None = None) -> None:
+    """Ends the episode with ``reason`` (one of :data:`FINISH_REASONS`) and ``reward``: the env's, or its truncation
+    reward (:attr:`RolloutBudgets.truncation_reward`) when the env did not score it."""
     trajectory.finish_reason = reason
-    trajectory.reward = float(env_contract(env).truncation_reward if reward is None else reward)
+    trajectory.reward = float(reward)
     trajectory.correct = _is_correct(trajectory.reward, info or {}) if reason == "stop" else False
     trajectory.reward_components = dict((info or {}).get("reward_components") or {})
     trajectory.reward_error = (info or {}).get("reward_error")

@@ -235,11 +235,11 @@ class EpisodeStream:
     def _advance(self, key: int, generation: Generation, text: str, stepped: StepResult | None, version: int) -> None:
         episode = self._episodes[key]
         trajectory = episode.trajectory
-        if record_turn(trajectory, episode.env, generation, text, stepped, self.codec, self.budgets, version):
+        if record_turn(trajectory, generation, text, stepped, self.codec, self.budgets, version):
             if trajectory.num_turns < self.budgets.max_turns:
                 self._submit(key)
                 return
-            finish(trajectory, episode.env, "max_turns")
+            finish(trajectory, "max_turns", self.budgets.truncation_reward)
         attempt = replay(trajectory, episode.env, episode.task, self.codec, self.budgets, self.retries)
         if attempt is not None:
             episode.trajectory, episode.started_version = attempt, self.version

@@ -79,11 +79,11 @@ def run_rollouts(
         going = []
         for n, index in enumerate(active):
             trajectory, env = trajectories[index], envs[index]
-            if record_turn(trajectory, env, generations[n], texts[n], stepped.get(n), codec, budgets):
+            if record_turn(trajectory, generations[n], texts[n], stepped.get(n), codec, budgets):
                 if trajectory.num_turns < budgets.max_turns:
                     going.append(index)
                     continue
-                finish(trajectory, env, "max_turns")
+                finish(trajectory, "max_turns", budgets.truncation_reward)
             attempt = replay(trajectory, env, tasks[index], codec, budgets, retries)
             if attempt is not None:
                 trajectories[index] = attempt

@@ -5,7 +5,6 @@ in the functions), as tests/e2e's modules are collected on the base install."""
 from __future__ import annotations
 
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,8 +92,9 @@ def warm_start_policy(steps: int, num_tasks: int, guess_fraction: float, directo
     import gymnasium as gym
 
     from agentfly_train.data import env_kwargs, train_rows
+    from agentfly_train.demonstrations import golden_token_rows
     from agentfly_train.models import load_policy, make_codec
-    from agentfly_train.sft import golden_token_rows, warm_start
+    from agentfly_train.sft import WarmStartPhase, warm_start
 
     config = quickstart_config([*learning_tasks(num_tasks), f"sft.steps={steps}", "sft.lr=3e-3"])
     env = gym.make(config.agent.env, **env_kwargs(config))
@@ -102,20 +102,18 @@ def warm_start_policy(steps: int, num_tasks: int, guess_fraction: float, directo
     model, tokenizer = load_policy(config)
     codec = make_codec(config, tokenizer, env, rows[0])
     demos = rows * max(1, GUESS_DEMOS // len(rows)) if guess_fraction else rows
-    with tempfile.TemporaryDirectory() as scratch:
-        warm_start(
-            model,
-            tokenizer,
-            golden_token_rows(env, codec, demos, guess_fraction, config.trainer.seed, wrong_guesses=True),
-            steps=config.sft.steps,
-            lr=config.sft.lr,
-            batch_size=config.sft.batch_size,
-            output_dir=scratch,
-            use_cpu=True,
-            seed=config.trainer.seed,
-            lr_scheduler_type="constant",  # the schedule these policies' tests were measured with
-            warmup_ratio=0.0,
-        )
+    demo_rows = golden_token_rows(env, codec, demos, guess_fraction, config.trainer.seed, wrong_guesses=True)
+    # The constant schedule these policies' tests were measured with.
+    model, _ = warm_start(
+        model,
+        tokenizer,
+        [WarmStartPhase(demo_rows, config.sft.steps, "constant")],
+        lr=config.sft.lr,
+        batch_size=config.sft.batch_size,
+        use_cpu=True,
+        seed=config.trainer.seed,
+        warmup_ratio=0.0,
+    )
     env.close()
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)

@@ -10,7 +10,8 @@ import pytest
 import agentfly_envs  # noqa: F401  (registers the env ids)
 from agentfly_envs.errors import DataUnavailableError, TaskFormatError
 from agentfly_envs.tasks.files import check_json_file
-from agentfly_train.data import file_task_rows, takes_data_files, trl_dataset
+from agentfly_train.data import file_task_rows, takes_data_files
+from agentfly_train.prompt_dataset import trl_dataset
 from tests.helpers.paths import REPO_ROOT
 
 

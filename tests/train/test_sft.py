@@ -5,10 +5,11 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
+from agentfly_envs.contract import env_contract
 from agentfly_train.config import ConfigError
 from agentfly_train.data import env_kwargs, train_rows
+from agentfly_train.demonstrations import golden_token_rows, warm_start_phases
 from agentfly_train.models import load_policy, make_codec
-from agentfly_train.sft import golden_token_rows
 from tests.helpers.runs import quickstart_config
 
 
@@ -89,29 +90,15 @@ def test_a_fraction_outside_zero_one_is_a_config_error(key, value):
     ],
 )
 def test_the_warm_start_learns_golden_episodes_first_then_the_demonstrations_with_guesses(
-    demo_setup, monkeypatch, golden_fraction, phases
+    demo_setup, golden_fraction, phases
 ):
-    import torch
-
-    import agentfly_train.sft as sft
-
     env, codec, rows, tokenizer = demo_setup
     config = quickstart_config(["sft.steps=4", f"sft.golden_fraction={golden_fraction}", "sft.guess_fraction=0.75"])
-    calls = []
-
-    def record(model, tokenizer, demos, *, steps, lr_scheduler_type, **kwargs):
-        guesses = sum("<tool_call>" not in _trained(tokenizer, row) for row in demos)
-        calls.append((guesses / len(demos), steps, lr_scheduler_type))
-        return float(steps)  # a loss that tells the phases apart
-
-    monkeypatch.setattr(sft, "warm_start", record)
-    model = torch.nn.Linear(1, 1)  # not sharded: returned as it is
-    returned, loss = sft.warm_start_on_demonstrations(
-        model, tokenizer, env, codec, rows, config.sft, output_dir="unused", use_cpu=True, seed=0
-    )
-    assert returned is model
-    assert calls == phases
-    assert loss == pytest.approx(sum(steps * steps for _, steps, _ in phases) / 4)  # the mean over all steps
+    built = warm_start_phases(env, env_contract(env), codec, rows, config.sft, seed=0)
+    guesses = [sum("<tool_call>" not in _trained(tokenizer, row) for row in phase.rows) for phase in built]
+    assert [(g / len(p.rows), p.steps, p.lr_scheduler_type) for g, p in zip(guesses, built, strict=True)] == phases
+    # A task demonstrated in full in both phases is played once, and gives the same rows as on its own.
+    assert built[-1].rows == golden_token_rows(env, codec, rows, 0.75 if phases[-1][0] else 0.0, seed=0)
 
 
 @pytest.mark.parametrize(

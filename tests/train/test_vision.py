@@ -9,7 +9,6 @@ import functools
 import json
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -237,7 +236,8 @@ def test_the_warm_starts_rows_of_a_screenshot_episode_are_the_rows_rl_trains_on(
     from PIL import ImageOps
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from agentfly_train.sft import PixelCollator, golden_token_rows, warm_start
+    from agentfly_train.demonstrations import golden_token_rows
+    from agentfly_train.sft import PixelCollator, WarmStartPhase, warm_start
 
     tokenizer, images, codec, _ = vision
     env = gym.make("agentfly/MiniWoB-ClickCheckboxes", obs="screenshot", parser="gui", max_turns=3)
@@ -284,9 +284,9 @@ def test_the_warm_starts_rows_of_a_screenshot_episode_are_the_rows_rl_trains_on(
     losses = []  # the warm start (TRL's SFTTrainer) on these rows, and on them with each screenshot inverted
     for shown in (rows, inverted):
         model = build_vl_model(tokenizer, hidden_size=32, num_layers=1, initializer_range=0.2)  # images matter
-        with tempfile.TemporaryDirectory() as scratch:
-            losses.append(warm_start(model, tokenizer, shown, steps=1, lr=1e-9, batch_size=len(rows),
-                                     output_dir=scratch, use_cpu=True, seed=0, images=images))  # fmt: skip
+        _, loss = warm_start(model, tokenizer, [WarmStartPhase(shown, 1)], lr=1e-9, batch_size=len(rows), use_cpu=True,
+                             seed=0, images=images)  # fmt: skip
+        losses.append(loss)
     assert all(math.isfinite(loss) for loss in losses) and abs(losses[0] - losses[1]) > 1e-3  # 0.06, 0.015
 
 

@@ -176,7 +176,7 @@ def test_template_without_tools_is_a_config_error_naming_the_options():
 
 
 def test_gemma3_gets_tool_results_in_a_user_turn_at_rollout_and_warm_start():
-    from agentfly_train.sft import golden_token_rows
+    from agentfly_train.demonstrations import golden_token_rows
 
     tokenizer = family_tokenizer("gemma3")
     env = gym.make("agentfly/Arith-Calc", parser="react")
@@ -193,7 +193,7 @@ def test_gemma3_gets_tool_results_in_a_user_turn_at_rollout_and_warm_start():
 
 
 def test_warm_start_demonstrations_are_in_the_family_format_and_read_back():
-    from agentfly_train.sft import golden_token_rows
+    from agentfly_train.demonstrations import golden_token_rows
 
     tokenizer = family_tokenizer("llama3_1")
     env = gym.make("agentfly/Arith-Calc", parser="tool_calls", level="single")
@@ -311,9 +311,9 @@ class ReplayBackend:
 def test_dropped_past_reasoning_is_the_prompt_at_rollout_and_in_training(name):
     from concurrent.futures import ThreadPoolExecutor
 
+    from agentfly_train.demonstrations import golden_token_rows
     from agentfly_train.generation import SamplingParams
     from agentfly_train.rollout import RolloutBudgets, run_rollouts, training_rows
-    from agentfly_train.sft import golden_token_rows
 
     tokenizer = family_tokenizer(name)
     env = gym.make("agentfly/Arith-Calc", parser="tool_calls", level="single")

@@ -6,7 +6,6 @@ rollout batch (``_prepare_inputs``); nothing of TRL, transformers or the tokeniz
 
 from __future__ import annotations
 
-import gymnasium as gym
 import pytest
 import torch
 from torch import Tensor
@@ -15,7 +14,7 @@ from trl import GRPOTrainer
 
 from agentfly_train.batch import loss_mask, outcome_rewards, sequences
 from agentfly_train.build import make_trainer
-from agentfly_train.data import env_kwargs, train_rows
+from agentfly_train.data import run_data
 from agentfly_train.models import load_policy, make_codec
 from agentfly_train.trl_args import grpo_config
 from tests.helpers.runs import LEARNING_TASKS, quickstart_config
@@ -35,11 +34,11 @@ def _trainer(warm_policy, tmp_path, *overrides: str):
         ]
     )
     set_seed(0)
-    env = gym.make(config.agent.env, **env_kwargs(config))
-    rows = train_rows(config, env)
+    data = run_data(config)
     model, tokenizer = load_policy(config)
-    codec = make_codec(config, tokenizer, env, rows[0])
-    trainer = make_trainer(config, grpo_config(config, 1, "cpu", torch.float32), model, tokenizer, codec, rows, [], 1)
+    codec = make_codec(config, tokenizer, data.env, data.train[0])
+    data.env.close()
+    trainer = make_trainer(config, grpo_config(config, 1, "cpu", torch.float32), model, tokenizer, codec, data, 1)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop, which these tests do not run
     return trainer
