@@ -103,7 +103,8 @@ def result_text(result: CallToolResult) -> str:
             parts.append(part.text)
         elif isinstance(part, ImageContent | AudioContent):
             kind = "image" if isinstance(part, ImageContent) else "audio"
-            parts.append(f"[{kind}: {part.mime_type}, {len(part.data) * 3 // 4} bytes]")
+            size = len(part.data) * 3 // 4 - (len(part.data) - len(part.data.rstrip("=")))  # of the base64 text
+            parts.append(f"[{kind}: {part.mime_type}, {size} bytes]")
         elif isinstance(part, ResourceLink):
             parts.append(f"[resource link: {part.uri}]")
         elif isinstance(part, EmbeddedResource):
@@ -131,10 +132,11 @@ def mcp_tools(entry: str, timeout_s: float = 30.0, startup_timeout_s: float = 60
     with _listings_lock:
         schemas = _listings.get(spec)
     if schemas is None:
+        lister = McpConnection(spec, timeout_s, startup_timeout_s)
         try:
-            schemas = [function_schema(tool) for tool in connection.list_tools()]
+            schemas = [function_schema(tool) for tool in lister.list_tools()]
         finally:
-            connection.close()  # the env's session opens at its first call: a made env runs no server yet
+            lister.close()  # the env's session opens at its first call: a made env runs no server yet
         if not schemas:
             raise ValueError(f"the MCP server {spec} lists no tools")
         with _listings_lock:

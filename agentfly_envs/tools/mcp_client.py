@@ -230,6 +230,8 @@ class McpConnection:
                 lost = error
             except Exception as error:  # a broken transport, or an answer the SDK cannot read
                 lost = _leaf(error)
+                if type(lost).__name__ == "ValidationError":  # pydantic's: an answer of the wrong shape
+                    lost = RuntimeError(f"it answered {name} with a {lost.title} that MCP does not allow")
             self._disconnect()
         raise McpServerError(
             f"the MCP server {self.spec} stopped answering and did not come back after a restart "
