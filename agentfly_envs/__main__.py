@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "one transcript, and a sloppy agent whose mistakes come back as error observations (default: "
         "agentfly/Arith-Calc, offline). `serve ENV_ID` serves an env over HTTP in OpenEnv's protocol instead.",
         epilog="`%(prog)s serve ENV_ID --port N` serves ENV_ID to clients of OpenEnv's protocol (the openenv extra), "
-        "`%(prog)s serve ENV_ID --mcp` its tools to MCP clients (the mcp extra); `%(prog)s serve --help` lists the "
+        "`%(prog)s serve ENV_ID --mcp` its tools to MCP clients (the mcp extra); `%(prog)s serve --help` lists its "
         "options.",
     )
     parser.add_argument("--env-id", default="agentfly/Arith-Calc", help="registered env id")

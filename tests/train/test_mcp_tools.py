@@ -34,8 +34,14 @@ def python_on_path(monkeypatch):
 
 
 @pytest.mark.slow  # two RL steps of the tiny model
-@runs_readme_command(TRAIN_WITH_MCP)
+@runs_readme_command(
+    "python -m agentfly_train --config quickstart "
+    "'agent.tools=[calculator,\"mcp:python tests/envs/tools/mcp_servers/toolbox.py\"]' sft.enable=false "
+    "data.train_batch_size=2 agent.num_chains=2 data.val_size=2 trainer.total_training_steps=2 "
+    "'trainer.logger=[console]'"
+)
 def test_tiny_model_trains_two_steps_with_an_mcp_servers_tools(readme, tmp_path, python_on_path):
+    assert readme == TRAIN_WITH_MCP  # the dry run below runs it too
     command = readme_command(readme, add=["--no-progress", f"trainer.default_local_dir={tmp_path}", *SMALLEST])
     assert main(command.cli_arguments) == 0
     records = step_records(tmp_path)

@@ -31,8 +31,9 @@ def answer(request: dict) -> dict | None:
     return {"jsonrpc": "2.0", "id": request["id"], "result": result}
 
 
-for line in sys.stdin:
-    if sys.argv[1] == "lines":
-        print("bananas are yellow", flush=True)
-    elif (reply := answer(json.loads(line))) is not None:
-        print(json.dumps(reply), flush=True)
+if __name__ == "__main__":
+    for line in sys.stdin:
+        if sys.argv[1] == "lines":
+            print("bananas are yellow", flush=True)
+        elif (reply := answer(json.loads(line))) is not None:
+            print(json.dumps(reply), flush=True)
