@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import shlex
 import threading
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 GRACE_S = 10.0
 """Extra seconds the env's thread waits on the event loop beyond a request's own timeout (the SDK's shutdown of a
 stdio server takes up to about 6 s: stdin closed, then SIGTERM, then SIGKILL)."""
+_QUIET = logging.NullHandler()
+"""Put on the SDK's logger: where the program configured no logging, a server's unreadable line is not printed with
+a traceback (the request's error says what happened, in one line); configured handlers still get the SDK's records."""
 MCP_EXTRA = 'MCP tools need the mcp SDK (the "mcp" extra): pip install "agentfly-rl[mcp]"'
 
 
@@ -161,10 +165,7 @@ class McpConnection:
         Raises:
             McpServerError: the server did not start, or did not answer the handshake within ``startup_timeout_s``.
         """
-        try:
-            import mcp.client  # noqa: F401  (the extra's check, before a thread starts)
-        except ImportError:
-            raise McpServerError(MCP_EXTRA) from None
+        logging.getLogger("mcp").addHandler(_QUIET)  # added once: a logger keeps a handler once
         ready: concurrent.futures.Future[tuple[Client, asyncio.Event]] = concurrent.futures.Future()
         self.starts += 1
         self._held = self._submit(self._hold(ready))
@@ -210,8 +211,11 @@ class McpConnection:
             McpServerError: the server could not be (re)started, or the restarted one was lost too.
             McpCallError: the server answered with an error, or ran past ``timeout_s``.
         """
-        from mcp.shared.exceptions import MCPError
-        from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        try:
+            from mcp.shared.exceptions import MCPError
+            from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        except ImportError:
+            raise McpServerError(MCP_EXTRA) from None
 
         lost: BaseException | None = None
         for _attempt in range(2):

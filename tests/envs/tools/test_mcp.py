@@ -18,7 +18,7 @@ import pytest
 
 from agentfly_envs.tools.mcp_client import McpServerError
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.processes import free_port
+from tests.helpers.processes import free_port, lines_printed_without
 
 pytest.importorskip("mcp", reason='needs the mcp SDK (the "mcp" extra)')
 
@@ -221,3 +221,14 @@ def test_the_mcp_projects_published_reference_server_works_offline():
     observation, info = call(env, "get-sum", a="two", b=3)
     assert observation.startswith("Error: bad arguments for get-sum") and info["error_counts"]["bad_arguments"] == 1
     env.close()
+
+
+def test_without_the_mcp_extra_an_entry_is_a_one_line_error_naming_it():
+    code = (
+        "import gymnasium as gym, agentfly_envs\n"
+        "try:\n    gym.make('agentfly/Arith-Calc', tools=['mcp:python server.py'])\n"
+        "except Exception as error:\n    print(type(error).__name__, error)"
+    )
+    assert lines_printed_without("mcp", code) == [
+        'McpServerError MCP tools need the mcp SDK (the "mcp" extra): pip install "agentfly-rl[mcp]"'
+    ]
