@@ -7,7 +7,8 @@ error observations. Runs offline on ``agentfly/Arith-Calc`` by default.
     python -m agentfly_envs --env-id agentfly/GSM8K-Calc --data-files ../shared/data/gsm8k/test.jsonl
 
 ``python -m agentfly_envs serve ENV_ID --port N`` serves an env over HTTP in OpenEnv's protocol
-(:mod:`agentfly_envs.remote.server`; the ``openenv`` extra).
+(:mod:`agentfly_envs.remote.server`; the ``openenv`` extra); ``serve ENV_ID --mcp`` serves its tools as an MCP server
+(:mod:`agentfly_envs.remote.mcp_server`; the ``mcp`` extra).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Plays episodes of an env and prints what the agent would see: golden demonstrations replayed, "
         "one transcript, and a sloppy agent whose mistakes come back as error observations (default: "
         "agentfly/Arith-Calc, offline). `serve ENV_ID` serves an env over HTTP in OpenEnv's protocol instead.",
-        epilog="`%(prog)s serve ENV_ID --port N` serves ENV_ID to clients of OpenEnv's protocol (the openenv extra); "
-        "`%(prog)s serve --help` lists its options.",
+        epilog="`%(prog)s serve ENV_ID --port N` serves ENV_ID to clients of OpenEnv's protocol (the openenv extra), "
+        "`%(prog)s serve ENV_ID --mcp` its tools to MCP clients (the mcp extra); `%(prog)s serve --help` lists its "
+        "options.",
     )
     parser.add_argument("--env-id", default="agentfly/Arith-Calc", help="registered env id")
     parser.add_argument("--episodes", type=int, default=200, help="golden episodes to replay")
@@ -88,10 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def serve(argv: Sequence[str]) -> int:
-    """``python -m agentfly_envs serve ENV_ID --port N`` (:mod:`agentfly_envs.remote.server`); returns the exit
-    status (2: the env cannot be built, or the ``openenv`` extra is missing)."""
+    """``python -m agentfly_envs serve ENV_ID --port N`` (:mod:`agentfly_envs.remote.server`), or with ``--mcp`` its
+    tools as an MCP server (:mod:`agentfly_envs.remote.mcp_server`); returns the exit status (2: the env cannot be
+    built or has no tool to serve, or the ``openenv`` or ``mcp`` extra is missing)."""
     parser = argparse.ArgumentParser(
-        prog="python -m agentfly_envs serve", description="Serve an agentfly env over HTTP in OpenEnv's protocol."
+        prog="python -m agentfly_envs serve",
+        description="Serve an agentfly env over HTTP in OpenEnv's protocol, or its tools to MCP clients (--mcp).",
     )
     parser.add_argument("env_id", help="registered env id, e.g. agentfly/GSM8K-Calc")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
@@ -99,6 +103,14 @@ def serve(argv: Sequence[str]) -> int:
     parser.add_argument("--max-sessions", type=int, default=256, help="sessions (envs) open at once")
     parser.add_argument("--session-timeout", type=float, default=600.0, help="seconds before an idle session closes")
     parser.add_argument("--env-kwargs", default="{}", help='gymnasium.make kwargs as JSON, e.g. \'{"level": "easy"}\'')
+    parser.add_argument(
+        "--mcp",
+        nargs="?",
+        const="stdio",
+        choices=("stdio", "http"),
+        help="serve the env's tools as an MCP server instead: over stdin/stdout (--mcp), or streamable HTTP at "
+        "http://HOST:PORT/mcp (--mcp http); the mcp extra",
+    )
     args = parser.parse_args(argv)
     try:
         kwargs = json.loads(args.env_kwargs)
@@ -106,6 +118,11 @@ def serve(argv: Sequence[str]) -> int:
             raise ValueError(f"--env-kwargs: a JSON object, not {type(kwargs).__name__}")
         if args.max_sessions < 1 or args.session_timeout <= 0:
             raise ValueError("--max-sessions must be >= 1 and --session-timeout > 0")
+        if args.mcp is not None:
+            from agentfly_envs.remote.mcp_server import serve_mcp
+
+            serve_mcp(args.env_id, kwargs, args.mcp, args.host, args.port)
+            return 0
         gym.make(args.env_id, disable_env_checker=True, **kwargs).close()  # before the server's slow imports
         from agentfly_envs.remote.server import MAX_MESSAGE_BYTES, create_app
     except (AgentflyError, gym.error.Error, ImportError, TypeError, ValueError) as error:

@@ -28,6 +28,7 @@ from agentfly_envs.rewards import WORLD_REWARDS, RewardFunction, checked_score, 
 from agentfly_envs.spaces import TextSpace
 from agentfly_envs.tasks import Row, TaskSource, get_task_source
 from agentfly_envs.tools import CallStatus, Tool, get_tool
+from agentfly_envs.tools.mcp import McpTool, is_mcp_entry, mcp_tools
 from agentfly_envs.tools.world import OBSERVATION_MODES, WorldTool, image_part, message_text
 
 ERROR_KINDS = (
@@ -576,9 +577,14 @@ def _make_tools(names: Sequence[str], options: Mapping[str, Mapping[str, Any]]) 
     unknown = [name for name in options if name not in names]
     if unknown:
         raise ValueError(f"tool_options names tool(s) {unknown} that are not in tools={tuple(names)}")
-    tools = {}
+    tools: dict[str, Tool] = {}
     for name in names:
+        if is_mcp_entry(name):
+            _add_server_tools(tools, name, options.get(name, {}))
+            continue
         tool = get_tool(name)
+        if isinstance(tools.get(tool.name), McpTool):
+            raise ValueError(f"tools has {tool.name!r} twice: an MCP server listed before it provides one")
         try:
             tools[tool.name] = tool.for_env(**options.get(name, {}))
         except TypeError as e:
@@ -588,6 +594,24 @@ def _make_tools(names: Sequence[str], options: Mapping[str, Mapping[str, Any]]) 
             hints = "".join(f" Did you mean {close!r}?" for close in guesses if close)
             raise TypeError(f"tool_options[{name!r}]: {e}.{hints} Tool {name!r} takes {params}.") from e
     return tools
+
+
+def _add_server_tools(tools: dict[str, Tool], entry: str, options: Mapping[str, Any]) -> None:
+    """Adds the tools of the MCP server ``entry`` names (:func:`~agentfly_envs.tools.mcp.mcp_tools`) to ``tools``.
+
+    Raises:
+        ValueError: a tool of the server has the name of a tool listed before it.
+        TypeError: an option ``mcp_tools`` does not take.
+    """
+    try:
+        server_tools = mcp_tools(entry, **options)
+    except TypeError as e:
+        raise TypeError(f"tool_options[{entry!r}]: {e}; an MCP server takes ['timeout_s', 'startup_timeout_s']") from e
+    taken = [tool.name for tool in server_tools if tool.name in tools]
+    if taken:
+        server_tools[0].close()
+        raise ValueError(f"{entry} has tool(s) {taken}, which an earlier entry of tools already provides")
+    tools.update((tool.name, tool) for tool in server_tools)
 
 
 def _tool_message(call: ToolCall | None, content: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from agentfly_envs.errors import (
 from agentfly_envs.parsers import PARSERS
 from agentfly_envs.runtime import RemoteEnvError
 from agentfly_envs.tasks.files import load_rows
+from agentfly_envs.tools.mcp_client import McpServerError
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import TrainConfig
 
@@ -85,8 +86,8 @@ def make_env(config: TrainConfig, validation: bool = False) -> gym.Env:
     key = "data.val_files" if validation else "data.train_files"
     try:
         env = gym.make(config.env_id, **env_kwargs(config, validation))
-    except ToolDefinitionError as error:
-        raise ConfigError(f"agent.tools: {error}") from None
+    except (ToolDefinitionError, McpServerError) as error:  # a tool function, or an MCP server, of agent.tools
+        raise ConfigError(f"agent.tools: {_one_line(error)}") from None
     except (AgentflyError, RemoteEnvError, ImportError) as error:  # also a server or a module that is not there
         where = key if config.agent.env is None else f"agent.env={config.agent.env}"
         raise ConfigError(f"{where}: {_one_line(error)}") from None

@@ -119,15 +119,17 @@ class OneOf(Constraint):
 @dataclass(frozen=True)
 class Registered(Constraint):
     """A name in the registry at ``registry`` (``"module:attribute"``, imported when a value is checked); each item
-    for a list-valued key; ``null`` passes; ``also`` are names accepted besides the registry's (e.g. ``auto``)."""
+    for a list-valued key; ``null`` passes; ``also`` are names accepted besides the registry's (e.g. ``auto``), and
+    ``prefixes`` start values checked where they are used instead (e.g. ``mcp:`` tool entries, by the env)."""
 
     registry: str
     also: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
 
     def check(self, key: str, value: Any) -> None:
         entries = self.entries()
         for item in value if isinstance(value, list) else [] if value is None else [value]:
-            if item not in self.also:
+            if item not in self.also and not (isinstance(item, str) and item.startswith(self.prefixes)):
                 registered(key, entries, item)
 
     def entries(self) -> Registry[Any]:
@@ -136,7 +138,7 @@ class Registered(Constraint):
 
     def describe(self) -> str:
         kind = self.registry.rpartition(":")[2].lower().replace("_", " ")
-        return " or ".join([f"a name in {kind}", *self.also])
+        return " or ".join([f"a name in {kind}", *self.also, *(f"{prefix}..." for prefix in self.prefixes)])
 
 
 def setting(default: Any = MISSING, check: Constraint | None = None, *, factory: Any = MISSING) -> Any:

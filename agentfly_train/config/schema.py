@@ -65,7 +65,9 @@ class AgentConfig:
             in the env parsers (``hf`` names the ``tool_calls`` parser: the trainer reads the chat template's own
             tool calls and hands the env structured calls, :mod:`agentfly_train.chat_templates.families`).
         tools: Tool names replacing the env's defaults (``google_search`` is our ``search`` under AgentFly's
-            name); ``null`` keeps the env's (``[calculator]`` for an env built from files).
+            name), and MCP servers whose tools the agent may call too: ``mcp:<command line>`` (a stdio server) or
+            ``mcp:http(s)://...`` (a streamable-HTTP one; the ``mcp`` extra); ``null`` keeps the env's
+            (``[calculator]`` for an env built from files).
         model_name_or_path: Alias of ``actor_rollout_ref.model.path`` (AgentFly's spelling).
         template: Chat template: ``null`` for the tokenizer's own, one we ship (``compact_tools``, ``qwen2_5_vl``,
             ``qwen3_vl``), a TRL template name (``qwen2_5``, ``llama3_1``, ...) or a path to a ``.jinja`` file. One
@@ -102,7 +104,7 @@ class AgentConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     tool_options: dict[str, Any] = field(default_factory=dict)
     agent_type: str = setting("hf", Registered("agentfly_envs.parsers:PARSERS"))
-    tools: list[str] | None = setting(None, Registered("agentfly_envs.tools:TOOLS"))
+    tools: list[str] | None = setting(None, Registered("agentfly_envs.tools:TOOLS", prefixes=("mcp:",)))
     model_name_or_path: str | None = None
     template: str | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -14,6 +14,7 @@ def test_help_names_the_serve_command(capsys):
     out = capsys.readouterr().out
     assert "python -m agentfly_envs serve ENV_ID" in out.split("\n\n")[0]  # in the usage lines
     assert "`python -m agentfly_envs serve --help` lists its options" in " ".join(out.split())
+    assert "`python -m agentfly_envs serve ENV_ID --mcp` its tools to MCP clients" in " ".join(out.split())
 
 
 def test_serve_help_lists_its_options(capsys):
