@@ -60,7 +60,7 @@ async def session(url: str, first: int, steps: int, think: float, actions: dict[
             answer = json.loads(await ws.recv())
             if answer["type"] != "observation":
                 raise RuntimeError(f"reset refused: {answer['data']['message']}")
-            for action in actions[episode % TASKS]:
+            for action in actions[episode % TASKS][: steps - len(result["times"])]:
                 await asyncio.sleep(think)
                 start = time.perf_counter()
                 await ws.send(json.dumps({"type": "step", "data": {"text": action}}))
