@@ -23,6 +23,7 @@ import gymnasium as gym
 
 import agentfly_envs  # noqa: F401  (registers the envs)
 from agentfly_envs.errors import AgentflyError
+from agentfly_envs.remote.capacity import DEFAULT_MAX_SESSIONS, FILES_BESIDE_SESSIONS, raise_open_files_limit
 
 SLOPPY_TURNS = (
     '<tool_call>{"name": "calculator", "arguments": {"expression": "2 ^ 3",}}</tool_call>',  # trailing comma
@@ -89,6 +90,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if solved == num_episodes else 1
 
 
+def open_sessions(asked: int | None) -> int:
+    """The sessions a server may hold: ``asked`` (``None``: :data:`DEFAULT_MAX_SESSIONS`, or as many as the
+    open-files limit allows), after raising this process's open-files limit to fit them.
+
+    Raises:
+        ValueError: ``asked`` sessions do not fit under the hard limit on open files.
+    """
+    fit = raise_open_files_limit(asked or DEFAULT_MAX_SESSIONS)
+    if asked is None:
+        return max(min(DEFAULT_MAX_SESSIONS, fit), 1)
+    if asked > fit:
+        raise ValueError(
+            f"--max-sessions {asked} needs {asked + FILES_BESIDE_SESSIONS} open files (a socket per session) and this "
+            f"process may open {fit + FILES_BESIDE_SESSIONS} (ulimit -Hn): pass --max-sessions {fit} or less, or "
+            "raise the hard limit"
+        )
+    return asked
+
+
 def serve(argv: Sequence[str]) -> int:
     """``python -m agentfly_envs serve ENV_ID --port N`` (:mod:`agentfly_envs.remote.server`), or with ``--mcp`` its
     tools as an MCP server (:mod:`agentfly_envs.remote.mcp_server`); returns the exit status (2: the env cannot be
@@ -100,7 +120,12 @@ def serve(argv: Sequence[str]) -> int:
     parser.add_argument("env_id", help="registered env id, e.g. agentfly/GSM8K-Calc")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max-sessions", type=int, default=256, help="sessions (envs) open at once")
+    parser.add_argument(
+        "--max-sessions",
+        type=int,
+        help=f"sessions (envs) open at once; one more is refused (default {DEFAULT_MAX_SESSIONS}, or fewer where "
+        "the open-files limit, ulimit -Hn, holds fewer)",
+    )
     parser.add_argument("--session-timeout", type=float, default=600.0, help="seconds before an idle session closes")
     parser.add_argument("--env-kwargs", default="{}", help='gymnasium.make kwargs as JSON, e.g. \'{"level": "easy"}\'')
     parser.add_argument(
@@ -116,13 +141,14 @@ def serve(argv: Sequence[str]) -> int:
         kwargs = json.loads(args.env_kwargs)
         if not isinstance(kwargs, dict):
             raise ValueError(f"--env-kwargs: a JSON object, not {type(kwargs).__name__}")
-        if args.max_sessions < 1 or args.session_timeout <= 0:
+        if (args.max_sessions is not None and args.max_sessions < 1) or args.session_timeout <= 0:
             raise ValueError("--max-sessions must be >= 1 and --session-timeout > 0")
         if args.mcp is not None:
             from agentfly_envs.remote.mcp_server import serve_mcp
 
             serve_mcp(args.env_id, kwargs, args.mcp, args.host, args.port)
             return 0
+        max_sessions = open_sessions(args.max_sessions)
         gym.make(args.env_id, disable_env_checker=True, **kwargs).close()  # before the server's slow imports
         from agentfly_envs.remote.server import MAX_MESSAGE_BYTES, create_app
     except (AgentflyError, gym.error.Error, ImportError, TypeError, ValueError) as error:
@@ -130,8 +156,9 @@ def serve(argv: Sequence[str]) -> int:
         return 2
     import uvicorn
 
-    app = create_app(args.env_id, kwargs, args.max_sessions, args.session_timeout)
-    print(f"serving {args.env_id} on http://{args.host}:{args.port} (OpenEnv protocol; WebSocket at /ws)", flush=True)
+    app = create_app(args.env_id, kwargs, max_sessions, args.session_timeout)
+    where = f"http://{args.host}:{args.port}"
+    print(f"serving {args.env_id} on {where} (OpenEnv protocol; WebSocket at /ws; {max_sessions} sessions)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, ws_max_size=MAX_MESSAGE_BYTES, log_level="warning")
     return 0
 

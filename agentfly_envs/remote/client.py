@@ -16,10 +16,12 @@ server at its first reset and plays episodes there; each env instance is one ses
 A server that stops answering (a dead process, a closed connection, a step past ``timeout`` seconds), or refuses a
 turn, ends the episode with an ``Error:`` observation (truncated, ``info["remote_failure"]``: ``server_lost`` or
 ``refused``, and ``info["infra_failure"]``), as a lost Ray actor does; the next reset opens a new session. An
-infrastructure failure of the served env itself comes through in its step's ``info["infra_failure"]``. A reset that
-fails twice raises :class:`~agentfly_envs.runtime.RemoteEnvError` with the server's message. A pool's
-``check_health()`` pings the server's ``/health`` (:attr:`HTTPEnv.health_url`) between batches and counts it in
-``servers_down`` when it does not answer: the server is the user's to restart.
+infrastructure failure of the served env itself comes through in its step's ``info["infra_failure"]``. A server
+whose sessions are all taken refuses a new one: the reset raises :class:`~agentfly_envs.runtime.RemoteEnvError`
+with its message at once (close a session, or serve with a larger ``--max-sessions``). A reset that fails twice
+raises :class:`~agentfly_envs.runtime.RemoteEnvError` with the server's message. A pool's ``check_health()`` pings
+the server's ``/health`` (:attr:`HTTPEnv.health_url`) between batches and counts it in ``servers_down`` when it does
+not answer: the server is the user's to restart.
 
 Needs ``websockets`` (in the ``openenv`` extra).
 """
@@ -40,6 +42,7 @@ from gymnasium.error import ResetNeeded
 
 from agentfly_envs.errors import AgentflyError, EpisodeFinishedError
 from agentfly_envs.parsers import Action, get_parser
+from agentfly_envs.remote.capacity import CAPACITY_REACHED, TRY_AGAIN_LATER
 from agentfly_envs.runtime.failures import WorkerLost, lost_episode
 from agentfly_envs.runtime.remote import RemoteEnvError
 from agentfly_envs.spaces import TextSpace
@@ -188,18 +191,25 @@ class HTTPEnv(gym.Env[str, Action]):
     # --- the session ---
 
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Sends ``message`` on the session and returns the server's answer.
+        """Sends ``message`` on the session and returns the server's answer (a connection closed with code
+        :data:`TRY_AGAIN_LATER`, the server's refusal of a session past its limit, answers an error
+        ``CAPACITY_REACHED`` with the close's reason).
 
         Raises:
             WorkerLost: the server cannot be reached, closed the connection or did not answer in time.
         """
-        from websockets.exceptions import WebSocketException
+        from websockets.exceptions import ConnectionClosed, WebSocketException
 
         try:
             if self._ws is None:
                 self._ws = self._session.enter_context(self._open())
             self._ws.send(json.dumps(message))
             return json.loads(self._ws.recv(timeout=self.timeout))
+        except ConnectionClosed as error:
+            self._drop()
+            if error.rcvd is not None and error.rcvd.code == TRY_AGAIN_LATER:  # refused: every session is taken
+                return {"type": "error", "data": {"message": error.rcvd.reason, "code": CAPACITY_REACHED}}
+            raise WorkerLost("server_lost") from error
         except (OSError, TimeoutError, WebSocketException, ValueError) as error:
             self._drop()
             kind = "timeout" if isinstance(error, TimeoutError) else "server_lost"
@@ -243,6 +253,9 @@ class HTTPEnv(gym.Env[str, Action]):
             except WorkerLost as lost:
                 problem = f"the server stopped answering ({lost.kind})"
                 continue
+            if answer.get("type") == "error" and answer["data"].get("code") == CAPACITY_REACHED:
+                self._drop()  # the server closed this connection: the next reset opens another
+                raise RemoteEnvError(f"the env server at {self.url} has no room for a session: {_message(answer)}")
             if answer.get("type") == "error":
                 raise RemoteEnvError(f"the env server at {self.url} refused the reset: {_message(answer)}")
             self._turns, self._done, self._error_counts = 0, False, {}

@@ -24,16 +24,19 @@ step outside an episode) is refused with the same message on both transports. Ov
 parse, 422 for a body, action or reset data of the wrong shape, 409 for a step without an episode, 404 and 405 for
 an unknown route or method, 500 for a failure of the server or its env (whose traceback goes to the log).
 
-Memory is bounded: at most ``max_sessions`` sessions (one env each; a connection past it gets the error
-``CAPACITY_REACHED``), and a session idle for ``session_timeout`` seconds is closed with its env (openenv-core's
-reaper checks every ``max(timeout / 4, 5)`` seconds; a later message on its connection gets an error saying so).
-WebSocket messages are limited to :data:`MAX_MESSAGE_BYTES`.
+Memory is bounded: at most ``max_sessions`` sessions (one env, one thread and one socket each; default
+:data:`DEFAULT_MAX_SESSIONS`). A connection past it is refused (:class:`SessionLimit`): openenv-core's error
+``CAPACITY_REACHED`` with :func:`capacity_message` (which names ``--max-sessions``), then a close with code
+:data:`TRY_AGAIN_LATER` and the same message as its reason. A session idle for ``session_timeout`` seconds is
+closed with its env (openenv-core's reaper checks every ``max(timeout / 4, 5)`` seconds; a later message on its
+connection gets an error saying so). WebSocket messages are limited to :data:`MAX_MESSAGE_BYTES`.
 
 Needs the ``openenv`` extra (``pip install "agentfly-rl[openenv]"``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,6 +47,7 @@ from pydantic_core import PydanticCustomError, to_jsonable_python
 
 from agentfly_envs.contract import truncation_reward
 from agentfly_envs.errors import EpisodeFinishedError
+from agentfly_envs.remote.capacity import CAPACITY_REACHED, DEFAULT_MAX_SESSIONS, TRY_AGAIN_LATER
 
 try:
     from fastapi.exceptions import RequestValidationError
@@ -265,8 +269,49 @@ class QuietDisconnects:
                 raise
 
 
+def capacity_message(max_sessions: int) -> str:
+    """The refusal of a session past ``max_sessions`` (at most 123 bytes: it is also a WebSocket close reason)."""
+    return f"all {max_sessions} sessions of this server are open (serve --max-sessions): close one or try again later"
+
+
+class SessionLimit:
+    """ASGI middleware: a WebSocket connection that openenv-core refuses because all ``max_sessions`` sessions are
+    open gets its error answer (code ``CAPACITY_REACHED``) with :func:`capacity_message` as the message, then a
+    close with code :data:`TRY_AGAIN_LATER` and the same message as reason (a client whose first message crossed
+    the refusal reads it there)."""
+
+    def __init__(self, app: Any, max_sessions: int) -> None:
+        self.app = app
+        self.message = capacity_message(max_sessions)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        first, refused = True, False
+
+        async def send_refusal_clearly(message: dict[str, Any]) -> None:
+            nonlocal first, refused
+            if first and message["type"] == "websocket.send":  # openenv-core refuses in the first message only
+                first = False
+                text = message.get("text") or ""
+                if text.startswith('{"type":"error"') and f'"code":"{CAPACITY_REACHED}"' in text:
+                    refused = True
+                    answer = json.loads(text)
+                    answer["data"]["message"] = self.message
+                    message = {**message, "text": json.dumps(answer)}
+            elif refused and message["type"] == "websocket.close":
+                message = {**message, "code": TRY_AGAIN_LATER, "reason": self.message}
+            await send(message)
+
+        await self.app(scope, receive, send_refusal_clearly)
+
+
 def create_app(
-    env_id: str, env_kwargs: Mapping[str, Any] | None = None, max_sessions: int = 256, session_timeout: float = 600.0
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None = None,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    session_timeout: float = 600.0,
 ) -> Any:
     """The FastAPI app serving ``env_id`` (see the module docstring).
 
@@ -304,6 +349,7 @@ def create_app(
     app = FastAPI(title=f"agentfly: {env_id}")
     server.register_routes(app)
     add_error_answers(app)
+    app.add_middleware(SessionLimit, max_sessions=max_sessions)
     app.add_middleware(QuietDisconnects)
 
     @app.get("/info")

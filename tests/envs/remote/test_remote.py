@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import resource
+import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -18,6 +22,7 @@ from agentfly_envs import TOOLS, InfrastructureError, Tool
 from agentfly_envs.errors import EpisodeFinishedError
 from agentfly_envs.runtime import RemoteEnvError
 from tests.envs.hostile import HOSTILE_ACTIONS
+from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import run_cli
 
 pytest.importorskip("openenv", reason='needs openenv-core (the "openenv" extra)')
@@ -94,16 +99,39 @@ def test_bad_requests_get_clear_errors(url):
         gym.make("agentfly/Remote", url=url, parser="react")
 
 
-def test_sessions_are_bounded(url):
+FULL = "all 4 sessions of this server are open (serve --max-sessions): close one or try again later"
+
+
+def test_sessions_are_bounded_and_one_more_is_refused_in_one_line(url):
+    from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
     assert info(url)["sessions"] == 0
-    envs = [gym.make("agentfly/Remote", url=url) for _ in range(4)]
-    for env in envs:
+    envs = [gym.make("agentfly/Remote", url=url) for _ in range(5)]
+    for env in envs[:4]:
         env.reset(options={"index": 0})
     assert info(url)["sessions"] == 4
-    with connect(url.replace("http", "ws") + "/ws") as ws:
-        assert json.loads(ws.recv(timeout=10))["data"]["code"] == "CAPACITY_REACHED"
+    with connect(url.replace("http", "ws") + "/ws") as ws:  # an OpenEnv client reads the error, then the close
+        answer = json.loads(ws.recv(timeout=10))
+        assert answer["data"]["code"] == "CAPACITY_REACHED" and answer["data"]["message"] == FULL
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1013, FULL)
+    line = f"the env server at {url} has no room for a session: {FULL} (CAPACITY_REACHED)"
+    with pytest.raises(RemoteEnvError) as refused:
+        envs[4].reset(options={"index": 0})
+    assert str(refused.value) == line
+    crossed = envs[4].unwrapped  # its reset sent after the server's refusal and close arrived: the close says it
+    crossed._ws = crossed._session.enter_context(crossed._open())
+    time.sleep(0.5)
+    with pytest.raises(RemoteEnvError) as refused:
+        crossed.reset(options={"index": 0})
+    assert str(refused.value) == line
+    envs[0].close()
+    deadline = time.monotonic() + 10
+    while info(url)["sessions"] == 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert envs[4].reset(options={"index": 0})[0]  # a refused env opens a session once there is room
     for env in envs:
         env.close()
     deadline = time.monotonic() + 10
@@ -112,12 +140,12 @@ def test_sessions_are_bounded(url):
     assert info(url)["sessions"] == 0
 
 
-def test_64_sessions_open_at_once_and_play_without_errors():
+def test_64_sessions_open_at_once_play_without_errors_and_all_close():
     sessions = 64
     golden = gym.make("agentfly/Arith-Calc", **KWARGS).unwrapped
     rewards: dict[int, float] = {}
     with ServerThread(create_app("agentfly/Arith-Calc", KWARGS, max_sessions=sessions)) as served:
-        envs = [gym.make("agentfly/Remote", url=served) for _ in range(sessions)]
+        envs = [gym.make("agentfly/Remote", url=served) for _ in range(sessions + 1)]
 
         def play(index: int) -> None:
             envs[index].reset(options={"index": index})
@@ -131,8 +159,14 @@ def test_64_sessions_open_at_once_and_play_without_errors():
         for thread in threads:
             thread.join(timeout=120)
         assert info(served)["sessions"] == sessions
+        with pytest.raises(RemoteEnvError, match=f"has no room for a session: all {sessions} sessions"):
+            envs[sessions].reset(options={"index": 0})
         for env in envs:
             env.close()
+        deadline = time.monotonic() + 30
+        while info(served)["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert info(served)["sessions"] == 0
     assert rewards == dict.fromkeys(range(sessions), 1.0)
 
 
@@ -216,3 +250,38 @@ def test_serve_command_refuses_an_unknown_env_in_one_line():
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "cannot serve agentfly/Arith-Calcc" in result.stderr and "Arith-Calc" in result.stderr
+
+
+def serve_under(soft: int, hard: int, *options: str) -> subprocess.Popen[str]:
+    """``python -m agentfly_envs serve agentfly/Arith-Calc --port 0 *options`` started with at most ``soft`` open
+    files (``hard``: the most it may raise that to), its output piped."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentfly_envs", "serve", "agentfly/Arith-Calc", "--port", "0", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        preexec_fn=limit,
+    )
+
+
+def test_serve_raises_the_open_files_limit_and_refuses_more_sessions_than_it_allows():
+    refused = serve_under(256, 256, "--max-sessions", "1000")
+    _, stderr = refused.communicate(timeout=120)
+    assert refused.returncode == 2 and stderr.count("\n") == 1, stderr
+    assert "--max-sessions 1000 needs 1064 open files" in stderr and "pass --max-sessions 192 or less" in stderr
+    for soft, hard, options, sessions in ((256, 256, (), 192), (128, 4096, ("--max-sessions", "1000"), 1000)):
+        server = serve_under(soft, hard, *options)
+        try:
+            assert f"WebSocket at /ws; {sessions} sessions)" in server.stdout.readline()
+            limits = Path(f"/proc/{server.pid}/limits").read_text().splitlines()
+            open_files = next(line for line in limits if line.startswith("Max open files")).split()
+            assert int(open_files[3]) == min(sessions + 64, hard)
+        finally:
+            server.terminate()
+            server.communicate(timeout=60)
