@@ -8,9 +8,10 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
 
 - ``_generate_and_score_completions``: hands the batch's task rows to the rollout, lets TRL build the batch,
   then replaces TRL's (B,) group-normalised advantages by (B, T) token-level ones: each turn's reward (the
-  env's reward of its step) on its last sampled token, minus β·KL when ``use_kl_in_reward`` (controller updated with the KL of the batch
-  gathered from all processes), through the configured estimator over the whole gathered batch (groups are
-  the ``num_generations`` rollouts of one prompt). With ``gae`` the critic computes values first and is
+  env's reward of its step) on its last sampled token, minus β·KL when ``use_kl_in_reward`` (controller updated
+  with the KL of the batch gathered from all processes), through the configured estimator over the whole
+  gathered batch (groups are the ``num_generations`` rollouts of one prompt; ``gigpo`` also gets each turn's
+  tokens, reward and anchor context). With ``gae`` the critic computes values first and is
   updated on the returns afterwards. Tool tokens (``env_mask = 0``) and padding get 0.
 - ``_compute_loss``: the PPO clipped (dual-clip) policy loss, minus the entropy bonus, plus the KL loss, each
   aggregated with ``loss_agg_mode`` so that the micro-batches of an optimiser step add up to the step's loss.

@@ -41,7 +41,8 @@ def test_turn_rows_get_their_episodes_advantage_scored_per_episode():
     episodes = episode_mask(mask, turns=2)
     assert episodes.tolist() == [[1, 1, 1], [1, 1, 1]]
     taken = torch.tensor([[True, True], [True, False]])
-    turns = Turns(torch.tensor([[2, 1], [3, 0]]), torch.tensor([[0.0, 1.0], [0.0, 0.0]]), torch.zeros(2, 2).long(), taken)
+    tokens, turn_rewards = torch.tensor([[2, 1], [3, 0]]), torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+    turns = Turns(tokens, turn_rewards, torch.zeros(2, 2).long(), taken)
     rewards = turns.token_rewards(episodes)
     assert rewards.tolist() == [[0, 0, 1], [0, 0, 0]]
     advantages, _ = compute_advantage(
