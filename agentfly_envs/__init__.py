@@ -32,6 +32,7 @@ from agentfly_envs.rewards import REWARDS, RewardResult, get_reward
 from agentfly_envs.spaces import TextSpace
 from agentfly_envs.tasks import TASKS, GoldenSolution, TaskSource, get_task_source
 from agentfly_envs.tools import TOOLS, Tool, ToolError, get_tool, register_tool
+from agentfly_envs.turn_rewards import TURN_REWARDS, TurnStep, get_turn_reward
 
 __version__ = "0.1.0"
 
@@ -44,6 +45,7 @@ __all__ = [
     "REWARDS",
     "TASKS",
     "TOOLS",
+    "TURN_REWARDS",
     "AgentflyError",
     "DataUnavailableError",
     "Demonstrator",
@@ -65,6 +67,7 @@ __all__ = [
     "ToolEnv",
     "ToolError",
     "TrainableEnv",
+    "TurnStep",
     "UnknownNameError",
     "WorldUnavailableError",
     "check_env_contract",
@@ -73,6 +76,7 @@ __all__ = [
     "get_reward",
     "get_task_source",
     "get_tool",
+    "get_turn_reward",
     "register_envs",
     "register_tool",
 ]

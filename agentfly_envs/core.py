@@ -30,6 +30,7 @@ from agentfly_envs.tasks import Row, TaskSource, get_task_source
 from agentfly_envs.tools import CallStatus, Tool, get_tool
 from agentfly_envs.tools.mcp import McpTool, is_mcp_entry, mcp_tools
 from agentfly_envs.tools.world import OBSERVATION_MODES, WorldTool, image_part, message_text
+from agentfly_envs.turn_rewards import TurnReward, TurnStep, checked_turn_reward, get_turn_reward
 
 ERROR_KINDS = (
     "parse_error",
@@ -113,6 +114,9 @@ class ToolEnv(gym.Env[Observation, Action]):
             ``{"python_executor": {"notebook": False}}`` or ``{"search": {"backend": "http", "url": ...}}``.
         parser: Registered parser name: ``"hermes"``, ``"react"``, ``"code"`` or ``"tool_calls"``.
         reward: Registered reward name, e.g. ``"math_reward_string_equal"``.
+        turn_reward: Registered turn reward name (:mod:`agentfly_envs.turn_rewards`), e.g. ``"tool_error_penalty"``:
+            its value for each turn is added to that step's reward (the last step's too); ``None``: steps before the
+            last pay 0.
         max_turns: Assistant turns per episode before truncation (turns, not tokens).
         truncation_reward: Reward of a truncated episode.
         max_action_chars: Longest assistant turn accepted, in characters; longer turns get an error observation.
@@ -131,8 +135,9 @@ class ToolEnv(gym.Env[Observation, Action]):
     ``tool_calls`` (OpenAI-style), ``parse_errors``, ``tool_latency_s``, ``error_counts`` (this episode),
     ``turn``, ``answer`` (the scored text, on termination), ``reward_components`` and, when the reward
     function raised or returned no finite number (the episode then scores 0), ``reward_error`` (why, one line),
-    and, only on the step that an infrastructure failure ended, ``infra_failure`` (what failed, one line; the key is
-    absent from every other step's info).
+    with a turn reward ``turn_reward`` (what it added to the step's reward) and, when it failed (it then pays 0),
+    ``turn_reward_error``, and, only on the step that an infrastructure failure ended (no turn reward is paid then),
+    ``infra_failure`` (what failed, one line; the key is absent from every other step's info).
 
     Example:
         >>> env = ToolEnv(task="arithmetic", level="easy")
@@ -154,6 +159,7 @@ class ToolEnv(gym.Env[Observation, Action]):
         tool_options: Mapping[str, Mapping[str, Any]] | None = None,
         parser: str = "hermes",
         reward: str = "math_reward_string_equal",
+        turn_reward: str | None = None,
         max_turns: int = 8,
         truncation_reward: float = 0.0,
         max_action_chars: int = 32_768,
@@ -183,6 +189,8 @@ class ToolEnv(gym.Env[Observation, Action]):
             )
         self.reward_name = reward
         self.reward_fn: RewardFunction = get_reward(reward)
+        self.turn_reward_name = turn_reward
+        self.turn_reward_fn: TurnReward | None = None if turn_reward is None else get_turn_reward(turn_reward)
         self.running_tool: str | None = None
         """The tool a step is running now (read by the runtimes to name the tool of a step past its timeout)."""
         self.max_turns = max_turns
@@ -328,7 +336,8 @@ class ToolEnv(gym.Env[Observation, Action]):
 
         Returns:
             ``(observation, reward, terminated, truncated, info)``: the tool output (``""`` when the
-            episode ends on an answer), the reward (0 until the end), whether the agent answered,
+            episode ends on an answer), the reward (the turn reward's value, plus the outcome reward on the step
+            that ends the episode), whether the agent answered,
             whether the turn budget ran out or an infrastructure failure ended the episode, and the step info
             described in the class docstring.
 
@@ -347,6 +356,7 @@ class ToolEnv(gym.Env[Observation, Action]):
         episode.turn += 1
         episode.messages.append(_assistant_message(action))
 
+        errors_before = sum(episode.error_counts.values())
         turn = self._run_turn(action, episode)
         outcome = self._outcome(turn, episode) if turn.infra_failure is None else _Outcome.lost_to(turn.infra_failure)
         text = "\n\n".join(message["content"] for message in turn.messages)
@@ -370,6 +380,13 @@ class ToolEnv(gym.Env[Observation, Action]):
             info["reward_error"] = outcome.reward_error
         if outcome.infra_failure is not None:
             info["infra_failure"] = outcome.infra_failure
+        elif self.turn_reward_fn is not None:
+            step = TurnStep(episode.turn, info["tool_calls"], sum(episode.error_counts.values()) - errors_before,
+                            text, turn.answer is not None)  # fmt: skip
+            info["turn_reward"], error = checked_turn_reward(self.turn_reward_name, self.turn_reward_fn, step)
+            outcome.reward += info["turn_reward"]
+            if error is not None:
+                info["turn_reward_error"] = error
         return observation, outcome.reward, outcome.terminated, outcome.truncated, info
 
     def _outcome(self, turn: _TurnResult, episode: _Episode) -> _Outcome:

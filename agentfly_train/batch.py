@@ -1,4 +1,4 @@
-"""Tensors of a rollout batch as the trainer and the critic use them: loss masks, outcome rewards on tokens,
+"""Tensors of a rollout batch as the trainer and the critic use them: loss masks, episodes of turn rows,
 rows gathered across processes, loss denominators of an optimiser step, and masked statistics.
 
 Shapes: ``B`` episodes, ``T`` completion tokens (right-padded). A loss mask is 1 on tokens the policy sampled
@@ -60,35 +60,28 @@ def episode_mask(mask: Tensor, turns: int) -> Tensor:
 
 
 def on_turn_rows(per_episode: Tensor, turns: int, mask: Tensor) -> Tensor:
-    """Each episode's value (its first column: an estimator of whole responses gives one per episode) on the tokens
-    of its turn rows.
+    """Each episode's values, computed over :func:`episode_mask`, on the tokens of its turn rows: the j-th trained token
+    of an episode's rows (rows in order) gets column j − 1 of its row of ``per_episode``, as an estimator saw it there.
 
     Args:
-        per_episode: (E, L) float, e.g. advantages computed over :func:`episode_mask`.
+        per_episode: (E, L) float, e.g. advantages computed over :func:`episode_mask` (an estimator of whole
+            responses gives one value per episode, a turn-level one a value per turn).
         turns: Rows per episode.
         mask: (E * turns, T) 0/1, the turn rows' loss mask.
 
     Returns:
         (E * turns, T), the value where ``mask`` is 1 and 0 elsewhere.
+
+    Example:
+        >>> on_turn_rows(torch.tensor([[1.0, 2.0, 3.0]]), 2, torch.tensor([[1, 0, 1], [0, 1, 0]]))
+        tensor([[1., 0., 2.],
+                [0., 3., 0.]])
     """
-    return per_episode[:, :1].repeat_interleave(turns, dim=0) * mask
-
-
-def outcome_rewards(scores: Tensor, mask: Tensor) -> Tensor:
-    """Token-level rewards of episodes scored once: each score on its episode's last sampled token.
-
-    Args:
-        scores: (B,) float, one reward per episode.
-        mask: (B, T) 0/1, the loss mask.
-
-    Returns:
-        (B, T) float32 (or the scores' wider dtype), zero except one entry per row: at the last position where
-        ``mask`` is 1, or at position 0 for a row without any (so outcome estimators still count its score).
-    """
-    positions = torch.arange(mask.shape[1], device=mask.device)
-    last = torch.where(mask.bool(), positions, -1).amax(dim=1).clamp(min=0)  # (B,)
-    rewards = torch.zeros(mask.shape, dtype=torch.promote_types(scores.dtype, torch.float32), device=mask.device)
-    return rewards.scatter_(1, last[:, None], scores.to(rewards.dtype)[:, None])
+    rows = mask.long()
+    counts = rows.sum(dim=1).reshape(-1, turns)  # (E, turns): trained tokens per row
+    before = (counts.cumsum(dim=1) - counts).reshape(-1, 1)  # (E * turns, 1): the episode's tokens in earlier rows
+    columns = (before + rows.cumsum(dim=1) - 1).clamp(0, per_episode.shape[1] - 1)  # (E * turns, T)
+    return per_episode.repeat_interleave(turns, dim=0).gather(1, columns) * mask
 
 
 def left_out_episodes(excluded: Tensor, group: Tensor) -> Tensor:

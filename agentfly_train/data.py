@@ -48,7 +48,8 @@ def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
 
     Without ``agent.env`` the env reads ``data.train_files`` (``data.val_files`` for ``validation``).
     ``agent.agent_type`` picks the parser, ``agent.max_turns`` the turn budget, ``agent.tools`` and
-    ``agent.reward_name`` (or ``custom_reward_function``) replace the env's tools and reward;
+    ``agent.reward_name`` (or ``custom_reward_function``) replace the env's tools and reward, ``agent.turn_reward_name``
+    adds a turn reward;
     ``agent.use_agent=false`` allows one turn and no tools. ``validation`` adds ``data.val_env_kwargs`` (used
     when no ``data.val_files`` are given).
     """
@@ -68,6 +69,8 @@ def env_kwargs(config: TrainConfig, validation: bool = False) -> dict[str, Any]:
         kwargs["tool_options"] = agent.tool_options
     if config.reward_name is not None:
         kwargs["reward"] = config.reward_name
+    if agent.turn_reward_name is not None:
+        kwargs["turn_reward"] = agent.turn_reward_name
     if not agent.use_agent:
         kwargs["tools"] = ()
     if validation and not config.data.val_files:

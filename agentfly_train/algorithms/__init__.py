@@ -31,6 +31,8 @@ One module per job, each with its registry; every public name is importable from
   (``KL_CONTROLLERS``) and the KL penalty in the reward;
 - :mod:`~agentfly_train.algorithms.losses`: loss aggregation (``LOSS_AGG_MODES``), the policy and value losses;
 - :mod:`~agentfly_train.algorithms.rollout_correction`: importance weights between the rollout engine and the trainer;
+- :mod:`~agentfly_train.algorithms.turns`: the turns of a batch's episodes (:class:`Turns`), for the estimators that
+  credit turns and per-turn rewards on tokens;
 - :mod:`~agentfly_train.algorithms.common`: the masked statistics and scans they share.
 """
 
@@ -44,6 +46,7 @@ from agentfly_train.algorithms.estimators import (
     compute_advantage,
     gae,
     get_advantage_estimator,
+    gigpo,
     gpg,
     grpo,
     grpo_passk,
@@ -80,6 +83,7 @@ from agentfly_train.algorithms.rollout_correction import (
     rollout_gap_metrics,
     rollout_is_weights,
 )
+from agentfly_train.algorithms.turns import Turns
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -94,12 +98,14 @@ __all__ = [
     "FixedKLController",
     "Fn",
     "KLController",
+    "Turns",
     "agg_loss",
     "apply_kl_penalty",
     "compute_advantage",
     "full_kl",
     "gae",
     "get_advantage_estimator",
+    "gigpo",
     "gpg",
     "grpo",
     "grpo_passk",

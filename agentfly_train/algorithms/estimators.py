@@ -23,6 +23,7 @@ from agentfly_train.algorithms.common import (
     _masked_whiten,
     _next_valid,
 )
+from agentfly_train.algorithms.turns import Turns
 from agentfly_train.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ class AdvantageEstimator:
     def trains_critic(self) -> bool:
         """It takes a critic's ``values``: the trainer builds and trains a value model."""
         return "values" in self.inputs
+
+    @property
+    def credits_turns(self) -> bool:
+        """It takes ``turns``: each turn of an episode gets an advantage of its own (``algorithm.gigpo``)."""
+        return "turns" in self.inputs
 
     @property
     def needs_greedy_baseline(self) -> bool:
@@ -91,6 +97,12 @@ class AdvantageEstimator:
                 "sampled each group, which async_training.enable=true does not keep; use grpo, rloo or "
                 "reinforce_plus_plus"
             )
+        if not self.credits_turns and algorithm.gigpo != type(algorithm.gigpo)():
+            credit = ", ".join(other for other, entry in ADVANTAGE_ESTIMATORS.items() if entry.credits_turns)
+            raise ConfigError(
+                f"algorithm.gigpo.* sets the turn-level credit of algorithm.adv_estimator={credit}; got "
+                f"adv_estimator={name}: leave algorithm.gigpo at its defaults or pick that estimator"
+            )
         if self.trains_critic:
             _check_critic(config)
         elif config.trainer.critic_warmup:
@@ -116,8 +128,20 @@ def _check_critic(config: TrainConfig) -> None:
         )
 
 
-ESTIMATOR_INPUTS = ("group", "values", "reward_baselines", "gamma", "lam", "norm_adv_by_std_in_grpo", "epsilon")
-"""What an estimator may ask for. ``group`` is ``compute_advantage``'s ``index`` as ``(B,)`` int64 ids 0..G-1."""
+ESTIMATOR_INPUTS = (
+    "group",
+    "values",
+    "reward_baselines",
+    "turns",
+    "gamma",
+    "lam",
+    "norm_adv_by_std_in_grpo",
+    "epsilon",
+    "omega",
+    "turn_gamma",
+)
+"""What an estimator may ask for. ``group`` is ``compute_advantage``'s ``index`` as ``(B,)`` int64 ids 0..G-1;
+``turns`` the batch's :class:`~agentfly_train.algorithms.turns.Turns`."""
 
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
     "advantage estimator", where="agentfly_train/algorithms/estimators.py", how="@register_advantage_estimator(name)"
@@ -241,12 +265,15 @@ def grpo(
     With ``norm_adv_by_std_in_grpo=False`` only the mean is removed: Dr. GRPO (Liu et al., 2025,
     arXiv:2503.20783). std is unbiased (n − 1); a group of one has mean 0 and std 1, so A_i = s_i / (1 + ε).
     """
-    scores = _outcome_scores(token_level_rewards)
+    return _per_token(_normalised(_outcome_scores(token_level_rewards), group, norm_adv_by_std_in_grpo, epsilon), mask)
+
+
+def _normalised(scores: Tensor, group: Tensor, by_std: bool, epsilon: float) -> Tensor:
+    """(B,) float64 (s − mean_g s) / (std_g s + ε) of ``scores`` (B,) within each ``group`` (B,), without the
+    division when not ``by_std`` (a group of one: mean 0, std 1)."""
     mean, std, _ = _group_mean_std(scores, group)
-    advantage = scores - mean
-    if norm_adv_by_std_in_grpo:
-        advantage = advantage / (std + epsilon)
-    return _per_token(advantage, mask)
+    centred = scores.double() - mean
+    return centred / (std + epsilon) if by_std else centred
 
 
 @register_advantage_estimator("grpo_passk", compares_responses=True)
@@ -352,7 +379,57 @@ def gpg(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Te
     return _per_token(alpha * (scores.double() - mean), mask)
 
 
-_INPUT_ARGUMENT = {"group": "index", "values": "values", "reward_baselines": "reward_baselines"}
+@register_advantage_estimator("gigpo", compares_responses=True)
+def gigpo(
+    token_level_rewards: Tensor,
+    mask: Tensor,
+    *,
+    group: Tensor,
+    turns: Turns,
+    norm_adv_by_std_in_grpo: bool,
+    epsilon: float,
+    omega: float,
+    turn_gamma: float,
+) -> tuple[Tensor, Tensor]:
+    """GiGPO (Feng et al., 2025, "Group-in-Group Policy Optimization for LLM Agent Training", arXiv:2505.10978,
+    Eqs. 4-7): an episode-level group advantage plus ω times a step-level one, on every token of a turn.
+
+    A(turn t of episode i) = A_E(i) + ω A_S(i, t), where
+
+    - A_E(i) = (s_i − mean_g s) / (std_g s + ε), GRPO's advantage of the episode's score s_i (the sum of its
+      token rewards) within its group g;
+    - A_S(i, t) = (R_t^i − mean_S R) / (std_S R + ε), R_t^i = Σ_{k ≥ t} γ^(k−t) r_k^i the discounted return from
+      turn t over the episode's turn rewards r (``turns.rewards``, γ = ``turn_gamma``), and S the turn's anchor
+      group: the turns of g's episodes whose anchor (``turns.anchors``, the context they were sampled after) is the
+      turn's. A turn alone in its anchor group has A_S = 0 (the equation's R − mean; verl-agent's code gives such a
+      turn R itself), so it gets A_E only.
+
+    With ``norm_adv_by_std_in_grpo=False`` neither level divides by the std (the paper's ``mean_norm``). Stds are
+    unbiased (n − 1), as in GRPO. Returns the advantages.
+    """
+    episode = _normalised(_outcome_scores(token_level_rewards), group, norm_adv_by_std_in_grpo, epsilon)  # (B,)
+    returns = _turn_returns(turns.rewards.double(), turn_gamma)  # (B, K)
+    taken = turns.taken.to(returns.device)
+    keys = torch.stack([group[:, None].expand_as(turns.anchors), turns.anchors.to(group.device)], -1)[taken]  # (N, 2)
+    anchor = torch.unique(keys, dim=0, return_inverse=True)[1]  # (N,) anchor group of each turn taken
+    step = torch.where(
+        torch.bincount(anchor)[anchor] > 1, _normalised(returns[taken], anchor, norm_adv_by_std_in_grpo, epsilon), 0.0
+    )
+    per_turn = episode[:, None].expand_as(returns).clone()  # (B, K)
+    per_turn[taken] += omega * step
+    advantages = turns.on_tokens(per_turn.to(mask.dtype), mask)
+    return advantages, advantages
+
+
+def _turn_returns(rewards: Tensor, gamma: float) -> Tensor:
+    """(B, K) R_t = Σ_{k ≥ t} γ^(k−t) r_k of per-turn rewards ``rewards`` (B, K)."""
+    k = torch.arange(rewards.shape[1], device=rewards.device)
+    lag = k[None, :] - k[:, None]  # (K, K): k' − t
+    discount = torch.where(lag >= 0, torch.tensor(gamma, dtype=rewards.dtype).pow(lag.clamp(min=0)), 0.0)  # (t, k')
+    return rewards @ discount.T
+
+
+_INPUT_ARGUMENT = {"group": "index", "values": "values", "reward_baselines": "reward_baselines", "turns": "turns"}
 """Estimator inputs that have no default, with the compute_advantage argument that supplies each."""
 
 
@@ -365,29 +442,37 @@ def compute_advantage(
     index: Sequence[Hashable] | Tensor | None = None,
     values: Tensor | None = None,
     reward_baselines: Tensor | None = None,
+    turns: Turns | None = None,
     gamma: float = 1.0,
     lam: float = 1.0,
     norm_adv_by_std_in_grpo: bool = True,
     epsilon: float = 1e-6,
+    omega: float = 1.0,
+    turn_gamma: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
     """Advantages and returns of a batch of responses with the estimator registered as ``estimator``.
 
     Args:
         estimator: A key of :data:`ADVANTAGE_ESTIMATORS`: ``gae``, ``grpo``, ``grpo_passk``,
-            ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``, ``rloo``, ``remax``, ``opo``, ``gpg``.
+            ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``, ``rloo``, ``remax``, ``opo``, ``gpg``,
+            ``gigpo``.
         token_level_rewards: (B, T) float, reward per response token; an outcome reward sits on the last
             sampled token of the episode. Outcome estimators score a response by the sum over all T positions.
         response_mask: (B, T) bool or 0/1, 1 = token sampled by the policy, 0 = padding or tool/env token.
         index: (B,) group labels, one per row (any hashables, e.g. prompt uids, or a 1-D tensor); rows with
             equal labels answer the same prompt and need not be adjacent. Needed by ``grpo``, ``grpo_passk``,
-            ``reinforce_plus_plus_baseline``, ``rloo``, ``opo``, ``gpg``.
+            ``reinforce_plus_plus_baseline``, ``rloo``, ``opo``, ``gpg``, ``gigpo``.
         values: (B, T) float, critic values V_t of the response tokens. Needed by ``gae``.
         reward_baselines: (B,) float, reward of a greedy rollout of each row's prompt. Needed by ``remax``.
+        turns: Each row's turns: which of its valid tokens each owns, their rewards and anchor states
+            (:class:`~agentfly_train.algorithms.turns.Turns`, B rows). Needed by ``gigpo``.
         gamma: Discount per valid token (masked tokens cost no discount step), for ``gae`` and
             ``reinforce_plus_plus``.
         lam: GAE's λ.
         norm_adv_by_std_in_grpo: Divide by the group std in ``grpo`` and ``grpo_passk`` (False: Dr. GRPO).
         epsilon: Added to the group std before dividing.
+        omega: ``gigpo``'s weight of the step-level advantage.
+        turn_gamma: ``gigpo``'s discount per turn.
 
     Returns:
         (advantages, returns), both (B, T) in ``token_level_rewards``' dtype, 0 on every masked token.
@@ -405,10 +490,13 @@ def compute_advantage(
         "group": None if index is None else _group_ids(index, shape[0], token_level_rewards.device),
         "values": values,
         "reward_baselines": reward_baselines,
+        "turns": turns,
         "gamma": gamma,
         "lam": lam,
         "norm_adv_by_std_in_grpo": norm_adv_by_std_in_grpo,
         "epsilon": epsilon,
+        "omega": omega,
+        "turn_gamma": turn_gamma,
     }
     missing = [_INPUT_ARGUMENT[name] for name in entry.inputs if supplied[name] is None]
     if missing:
@@ -417,4 +505,6 @@ def compute_advantage(
         _check_shape("values", values, shape)
     if "reward_baselines" in entry.inputs:
         _check_shape("reward_baselines", reward_baselines, shape[:1])
+    if "turns" in entry.inputs:
+        _check_shape("turns.tokens", turns.tokens, torch.Size([shape[0], turns.tokens.shape[1]]))
     return entry.fn(token_level_rewards, mask, **{name: supplied[name] for name in entry.inputs})

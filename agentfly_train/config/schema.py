@@ -80,6 +80,9 @@ class AgentConfig:
             (the tokens through the end of the turn's reasoning, e.g. Qwen3's ``</think>``, leave the context; each
             turn is then trained as its own sample in the context it was sampled in, with its episode's advantage).
         reward_name: Registered reward function replacing the env's scoring; ``null`` keeps it.
+        turn_reward_name: Registered turn reward (``agentfly_envs.turn_rewards``, e.g. ``tool_error_penalty``) the env
+            adds to each step's reward (the env's ``turn_reward``): the episode's reward is then the sum of its
+            turns' rewards; ``null``: only the step that ends the episode pays.
         max_turns: Assistant turns per episode.
         num_chains: Rollouts per prompt (the GRPO group size).
         max_tokens_per_turn: New tokens per assistant turn (also capped by what is left of
@@ -110,6 +113,7 @@ class AgentConfig:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     past_reasoning: str = setting("keep", OneOf(("keep", "drop")))
     reward_name: str | None = setting(None, Registered("agentfly_envs.rewards:REWARDS"))
+    turn_reward_name: str | None = setting(None, Registered("agentfly_envs.turn_rewards:TURN_REWARDS"))
     max_turns: int = setting(4, Positive())
     num_chains: int = setting(8, Positive())
     max_tokens_per_turn: int = setting(1024, Positive())
@@ -171,13 +175,29 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class GiGPOConfig:
+    """The turn-level credit of ``algorithm.adv_estimator=gigpo`` (``algorithm.gigpo``; Feng et al., 2025,
+    arXiv:2505.10978).
+
+    Attributes:
+        omega: Weight ω of the step-level advantage added to the episode-level one (the paper's 1).
+        gamma: Discount γ per turn of the step-level returns R_t = Σ_k γ^(k−t) r_k over the episode's turn rewards
+            (the paper's 0.95).
+    """
+
+    omega: float = setting(1.0, NonNegative())
+    gamma: float = setting(0.95, Within(0, 1))
+
+
+@dataclass
 class AlgorithmConfig:
     """Advantage estimation and KL-in-reward (``algorithm.*``).
 
     Attributes:
         adv_estimator: ``grpo``, ``rloo``, ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``,
             ``remax`` (a greedy rollout per prompt is the baseline), ``gae`` (PPO, trains ``critic.*``),
-            ``grpo_passk``, ``opo``, ``gpg`` (``agentfly_train/algorithms/estimators.py``).
+            ``grpo_passk``, ``opo``, ``gpg``, ``gigpo`` (credit per turn: ``algorithm.gigpo``)
+            (``agentfly_train/algorithms/estimators.py``).
         gamma: Discount per sampled token (``gae``, ``reinforce_plus_plus``); tool tokens cost no step.
         lam: GAE's λ.
         norm_adv_by_std_in_grpo: Divide GRPO advantages by the group's std (``false``: Dr. GRPO).
@@ -188,6 +208,7 @@ class AlgorithmConfig:
             rollout batch, ``per_device_train_batch_size`` rows of (rows, T, V) logits at a time).
         kl_ctrl: β and how it moves.
         rollout_correction: Importance weights between the rollout engine and the trainer.
+        gigpo: ``gigpo``'s ω and per-turn γ.
     """
 
     adv_estimator: str = setting("gae", Registered("agentfly_train.algorithms:ADVANTAGE_ESTIMATORS"))
@@ -198,6 +219,7 @@ class AlgorithmConfig:
     kl_penalty: str = setting("kl", Registered("agentfly_train.algorithms:KL_PENALTIES"))
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    gigpo: GiGPOConfig = field(default_factory=GiGPOConfig)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from agentfly_train.rollout.episode import (
     training_rows,
 )
 from agentfly_train.rollout.sync import run_rollouts
+from agentfly_train.rollout.turn_table import TurnTable, context_key, turn_table
 
 __all__ = [
     "FINISH_REASONS",
@@ -33,6 +34,8 @@ __all__ = [
     "TemplateError",
     "Trajectory",
     "TurnSpan",
+    "TurnTable",
+    "context_key",
     "failure_notes",
     "row_images",
     "run_rollouts",
@@ -40,4 +43,5 @@ __all__ = [
     "summarize",
     "training_rows",
     "trajectory_record",
+    "turn_table",
 ]

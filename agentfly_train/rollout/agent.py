@@ -94,7 +94,7 @@ class AgentRollout:
 
 def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
     """A JSON-ready summary of an episode (messages, reward and its components, finish reason, counts, and the
-    tool calls parsed from each assistant turn); the lines of ``val_samples/`` and ``train_samples/``."""
+    tool calls parsed from each assistant turn and its reward); the lines of ``val_samples/`` and ``train_samples/``."""
     return {
         "reward": trajectory.reward,
         "correct": trajectory.correct,
@@ -107,6 +107,7 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         **({"failed_attempts": trajectory.failed_attempts} if trajectory.failed_attempts else {}),
         "error_counts": {kind: count for kind, count in trajectory.error_counts.items() if count},
         "turn_calls": trajectory.turn_calls,
+        "turn_rewards": trajectory.turn_rewards,
         "prompt_tokens": len(trajectory.prompt_ids),
         "completion_tokens": len(trajectory.completion_ids),
         "sampled_tokens": sum(trajectory.env_mask),

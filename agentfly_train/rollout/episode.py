@@ -95,7 +95,8 @@ class Trajectory:
         completion_ids: Every token after the prompt: sampled turns and observation turns.
         env_mask: Per completion token, 1 if sampled by the policy, 0 if written by the env/template.
         logprobs: Per completion token, the sampling log-probability (0.0 on ``env_mask = 0`` tokens).
-        reward: The env's score of the episode (its truncation reward if it did not finish).
+        reward: The episode's return: the sum of ``turn_rewards`` (with the env's outcome reward on the last step,
+            or the truncation reward where the episode was cut short).
         finish_reason: One of :data:`FINISH_REASONS`.
         num_turns: Assistant turns taken.
         num_tool_calls: Tool calls the env ran or rejected.
@@ -121,6 +122,9 @@ class Trajectory:
             turns' reasoning when the codec drops it (:meth:`~agentfly_train.rollout.ChatCodec.kept_ids`) and with
             screenshots beyond ``max_images`` dropped (:meth:`~agentfly_train.rollout.ChatCodec.drop_oldest_images`).
         turn_spans: Per assistant turn, the context it was sampled in and where its tokens are in the completion.
+        turn_rewards: Per assistant turn, the reward of the env's step on it (Gymnasium's: a turn reward, plus the
+            outcome reward on the step that ends the episode); a turn the env never saw (the completion budget cut
+            it) pays 0, and the truncation reward of an episode that the budgets ended is added to its last turn's.
     """
 
     prompt_ids: list[int]
@@ -144,6 +148,7 @@ class Trajectory:
     versions: list[int] = field(default_factory=list)
     context_ids: list[int] = field(default_factory=list)
     turn_spans: list[TurnSpan] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
     images: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -339,20 +344,21 @@ def record_turn(
                 trajectory.context_ids, trajectory.images + message_images(messages), budgets.max_images
             )
             return True
-        end, info = ("length", None), {}
-    reason, reward = end
-    finish(trajectory, reason, budgets.truncation_reward if reward is None else reward, info or None)
+        end, info = "length", {}
+    finish(trajectory, end, budgets.truncation_reward if end == "length" else 0.0, info or None)
     return False
 
 
-def _record_step(trajectory: Trajectory, stepped: StepResult | None) -> tuple[tuple[str, Any] | None, dict[str, Any]]:
-    """Records the env's step on a turn (its time, tool calls and errors) in the trajectory: ``(end, info)``, where
-    ``end`` is ``(finish reason, reward)`` when the step ended the episode (``("length", None)`` for a turn the
-    completion budget cut, which the env never saw), else ``None``; ``info`` is the step's info."""
+def _record_step(trajectory: Trajectory, stepped: StepResult | None) -> tuple[str | None, dict[str, Any]]:
+    """Records the env's step on a turn (its reward, time, tool calls and errors) in the trajectory: ``(end, info)``,
+    where ``end`` is the finish reason when the step ended the episode (``"length"`` for a turn the completion budget
+    cut, which the env never saw and which pays 0), else ``None``; ``info`` is the step's info."""
     if stepped is None:
         trajectory.turn_calls.append([])
-        return ("length", None), {}
+        trajectory.turn_rewards.append(0.0)
+        return "length", {}
     (_, reward, terminated, truncated, info), seconds = stepped
+    trajectory.turn_rewards.append(float(reward))
     trajectory.env_seconds += seconds
     calls, errors = _episode_counts(info)
     trajectory.num_tool_calls += calls
@@ -361,7 +367,7 @@ def _record_step(trajectory: Trajectory, stepped: StepResult | None) -> tuple[tu
     parse_errors = [{"error": message} for message in info.get("parse_errors", ())]
     trajectory.turn_calls.append([*info.get("tool_calls", ()), *parse_errors])
     if terminated or truncated:
-        return ("stop" if terminated else "max_turns", reward), info
+        return "stop" if terminated else "max_turns", info
     return None, info
 
 
@@ -445,15 +451,24 @@ def supervised_rows(trajectory: Trajectory, codec: ChatCodec, max_images: int | 
     return rows
 
 
-def finish(trajectory: Trajectory, reason: str, reward: float, info: Mapping[str, Any] | None = None) -> None:
-    """Ends the episode with ``reason`` (one of :data:`FINISH_REASONS`) and ``reward``: the env's, or its truncation
-    reward (:attr:`RolloutBudgets.truncation_reward`) when the env did not score it."""
+def finish(
+    trajectory: Trajectory, reason: str, truncation_reward: float = 0.0, info: Mapping[str, Any] | None = None
+) -> None:
+    """Ends the episode with ``reason`` (one of :data:`FINISH_REASONS`): ``truncation_reward`` (the env's,
+    :attr:`RolloutBudgets.truncation_reward`, where the budgets ended the episode, not the env) is added to its last
+    turn's reward, and its reward is the sum of its turns' (:attr:`Trajectory.turn_rewards`). ``info`` is the info of
+    the env's step that ended it (``None`` where the env did not)."""
+    rewards = trajectory.turn_rewards
+    if rewards:
+        rewards[-1] += float(truncation_reward)
     trajectory.finish_reason = reason
-    trajectory.reward = float(reward)
-    trajectory.correct = _is_correct(trajectory.reward, info or {}) if reason == "stop" else False
-    trajectory.reward_components = dict((info or {}).get("reward_components") or {})
-    trajectory.reward_error = (info or {}).get("reward_error")
-    trajectory.infra_failure = (info or {}).get("infra_failure")
+    trajectory.reward = float(sum(rewards))
+    info = info or {}
+    outcome = rewards[-1] - info.get("turn_reward", 0.0) if rewards else 0.0  # the last step's, without its turn's
+    trajectory.correct = _is_correct(outcome, info) if reason == "stop" else False
+    trajectory.reward_components = dict(info.get("reward_components") or {})
+    trajectory.reward_error = info.get("reward_error")
+    trajectory.infra_failure = info.get("infra_failure")
 
 
 def failure_notes(trajectories: Sequence[Trajectory], seen: set[str]) -> list[str]:

@@ -7,10 +7,11 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
 (:mod:`agentfly_train.algorithms`); we override five TRL methods:
 
 - ``_generate_and_score_completions``: hands the batch's task rows to the rollout, lets TRL build the batch,
-  then replaces TRL's (B,) group-normalised advantages by (B, T) token-level ones: each episode's reward on
-  its last sampled token, minus β·KL when ``use_kl_in_reward`` (controller updated with the KL of the batch
-  gathered from all processes), through the configured estimator over the whole gathered batch (groups are
-  the ``num_generations`` rollouts of one prompt). With ``gae`` the critic computes values first and is
+  then replaces TRL's (B,) group-normalised advantages by (B, T) token-level ones: each turn's reward (the
+  env's reward of its step) on its last sampled token, minus β·KL when ``use_kl_in_reward`` (controller updated
+  with the KL of the batch gathered from all processes), through the configured estimator over the whole
+  gathered batch (groups are the ``num_generations`` rollouts of one prompt; ``gigpo`` also gets each turn's
+  tokens, reward and anchor context). With ``gae`` the critic computes values first and is
   updated on the returns afterwards. Tool tokens (``env_mask = 0``) and padding get 0.
 - ``_compute_loss``: the PPO clipped (dual-clip) policy loss, minus the entropy bonus, plus the KL loss, each
   aggregated with ``loss_agg_mode`` so that the micro-batches of an optimiser step add up to the step's loss.
@@ -46,6 +47,7 @@ from trl import GRPOTrainer
 
 from agentfly_train.algorithms import (
     KLController,
+    Turns,
     agg_loss,
     compute_advantage,
     full_kl,
@@ -64,14 +66,13 @@ from agentfly_train.batch import (
     loss_mask,
     masked_stats,
     on_turn_rows,
-    outcome_rewards,
     pixel_inputs,
     sequences,
     step_denominator,
 )
 from agentfly_train.critic import Critic, CriticSettings
 from agentfly_train.generation import Policy
-from agentfly_train.rollout import AgentRollout
+from agentfly_train.rollout import AgentRollout, TurnTable
 from agentfly_train.trainer.checkpointing import CheckpointMixin
 from agentfly_train.trainer.forwards import ForwardsMixin
 from agentfly_train.trainer.port import RolloutPort
@@ -146,6 +147,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         self._batch_rewards: list[float] = []
         self._batch_baselines: list[float] = []
         self._batch_excluded: list[float] = []  # 1.0 per episode of the batch that ended on an infrastructure failure
+        self._batch_turns = TurnTable([], [], [], [])  # the batch's turns: tokens, rewards, anchor states
         self._train_samples_step, self._train_samples_written = -1, 0
         self._failures_noted: set[str] = set()  # reward and infrastructure failures printed, once per distinct message
         self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
@@ -244,7 +246,8 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         all_mask = gather_rows(self.accelerator, mask)  # (B * processes, T_max)
         turns = self.agent.turn_rows
         scored_mask = all_mask if turns is None else episode_mask(all_mask, turns)  # (episodes, L) with turn rows
-        rewards, metrics = self._token_rewards(output, scored_mask, mode)
+        episode_turns = self._gathered_turns()
+        rewards, metrics = self._token_rewards(output, scored_mask, episode_turns, mode)
         alone = torch.arange(len(left_out), device=left_out.device) + len(left_out)  # out of every other's baseline
         advantages, returns = compute_advantage(
             self.rl.algorithm.adv_estimator,
@@ -253,9 +256,12 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             index=torch.where(left_out, alone, group.to(left_out.device)),
             values=all_values,
             reward_baselines=self._gathered(self._batch_baselines) if self.estimator.needs_greedy_baseline else None,
+            turns=episode_turns,
             gamma=self.rl.algorithm.gamma,
             lam=self.rl.algorithm.lam,
             norm_adv_by_std_in_grpo=self.rl.algorithm.norm_adv_by_std_in_grpo,
+            omega=self.rl.algorithm.gigpo.omega,
+            turn_gamma=self.rl.algorithm.gigpo.gamma,
         )
         if turns is not None:
             advantages, returns = (on_turn_rows(x, turns, all_mask) for x in (advantages, returns))
@@ -283,10 +289,13 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         kept = output.get("tool_mask", torch.ones_like(output["completion_mask"]))
         output["tool_mask"] = kept * (~rows).to(kept.dtype)[:, None]
 
-    def _token_rewards(self, output: dict[str, Any], all_mask: Tensor, mode: str) -> tuple[Tensor, dict[str, float]]:
-        """(B * processes, T_max) token rewards: each episode's reward on its last sampled token, minus β·KL
-        on every sampled token with ``use_kl_in_reward`` (the controller is updated in train mode only)."""
-        rewards = outcome_rewards(self._gathered(self._batch_rewards), all_mask)
+    def _token_rewards(
+        self, output: dict[str, Any], all_mask: Tensor, turns: Turns, mode: str
+    ) -> tuple[Tensor, dict[str, float]]:
+        """(B * processes, T_max) token rewards: each turn's reward on its last sampled token (the outcome reward
+        on the episode's last), minus β·KL on every sampled token with ``use_kl_in_reward`` (the controller is updated
+        in train mode only)."""
+        rewards = turns.token_rewards(all_mask)
         if not self.rl.algorithm.use_kl_in_reward:
             return rewards, {}
         if self.rl.algorithm.kl_penalty == "full":
@@ -298,6 +307,17 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         controller = self.kl_ctrl if mode == "train" else copy.deepcopy(self.kl_ctrl)
         rewards, stats = subtract_kl(rewards, gather_rows(self.accelerator, kl), all_mask, controller)
         return rewards, {"actor/reward_kl_penalty": stats["kl"], "actor/reward_kl_penalty_coeff": stats["kl_coef"]}
+
+    def _gathered_turns(self) -> Turns:
+        """The turns of the batch's episodes, gathered from all processes (B * processes rows)."""
+        table, device = self._batch_turns, self.accelerator.device
+        columns = [
+            gather_rows(self.accelerator, torch.tensor(column, dtype=dtype, device=device))
+            for column, dtype in ((table.tokens, torch.long), (table.rewards, torch.float32),
+                                  (table.anchors, torch.long), (table.taken, torch.long))
+        ]  # fmt: skip
+        tokens, rewards, anchors, taken = columns
+        return Turns(tokens, rewards, anchors, taken.bool())
 
     def _gathered(self, per_row: Sequence[float]) -> Tensor:
         """(B * processes,) float32: a per-row list of this process, gathered from all processes."""

@@ -24,6 +24,7 @@ from agentfly_train.rollout import (
     row_images,
     summarize,
     training_rows,
+    turn_table,
 )
 from agentfly_train.run_dir import SAMPLE_DIRS, STEP_FILE
 from agentfly_train.samples import write_samples
@@ -65,6 +66,7 @@ class RolloutMixin:
             trajectories = self.schedule.run(self, self._batch_tasks, self.agent.val_params)
         self._batch_rewards = [t.reward for t in trajectories]
         self._batch_excluded = [float(t.excluded) for t in trajectories]
+        self._batch_turns = turn_table(trajectories, self.agent.budgets.max_turns)
         if mode == "train":
             self._note_failures(trajectories)  # before the circuit breaker may stop the run
             self._stop_on_failing_infrastructure(trajectories)

@@ -13,7 +13,7 @@ import sys
 import gymnasium as gym
 import pytest
 
-from agentfly_envs import PARSERS, REWARDS, TASKS, TOOLS
+from agentfly_envs import PARSERS, REWARDS, TASKS, TOOLS, TURN_REWARDS
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.readme import readme_command, runs_readme_command
 from tests.helpers.runs import TINY_RUN
@@ -23,7 +23,7 @@ EXAMPLES = REPO_ROOT / "examples" / "extending"
 
 def _registries() -> list:
     """Every registry an example or a user's module may add to (the training side's where torch is installed)."""
-    registries = [TOOLS, REWARDS, PARSERS, TASKS]
+    registries = [TOOLS, REWARDS, TURN_REWARDS, PARSERS, TASKS]
     try:
         from agentfly_train.algorithms import ADVANTAGE_ESTIMATORS
         from agentfly_train.generation import GENERATION_BACKENDS
@@ -94,6 +94,23 @@ def test_a_new_reward_scores_answers(restored_registries):
     env.reset(options={"index": 0})
     *_, info = env.step(env.unwrapped.golden_actions()[-1])
     assert info["reward_components"] == {"relative_error": 0.0}
+
+
+def test_a_per_turn_reward_pays_at_each_step(restored_registries):
+    restored_registries("turn_reward.py")
+    from agentfly_envs import TurnStep, get_turn_reward
+
+    bonus = get_turn_reward("tool_call_bonus")
+    call = {"type": "function", "function": {"name": "calculator", "arguments": "{}"}}
+    assert bonus(TurnStep(turn=1, tool_calls=[call], errors=0, output="59", answered=False)) == 0.05
+    assert bonus(TurnStep(turn=1, tool_calls=[call], errors=1, output="Error: ...", answered=False)) == 0.0
+    assert bonus(TurnStep(turn=2, tool_calls=[], errors=0, output="", answered=True)) == 0.0
+    env = gym.make("agentfly/Arith-Calc", turn_reward="tool_call_bonus")
+    env.reset(options={"index": 0})
+    *actions, answer = env.unwrapped.golden_actions()
+    paid = [env.step(action)[1] for action in actions]
+    assert actions and paid == [0.05] * len(actions)
+    assert env.step(answer)[1] == 1.0  # the outcome reward, and no bonus for the answer
 
 
 def test_a_new_parser_reads_and_writes_its_format(restored_registries):

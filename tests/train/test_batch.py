@@ -1,4 +1,4 @@
-"""Batch tensors: outcome rewards on tokens, loss denominators of a step, masked statistics."""
+"""Batch tensors: episodes of turn rows, loss denominators of a step, masked statistics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from agentfly_train.algorithms import agg_loss, compute_advantage
+from agentfly_train.algorithms import Turns, agg_loss, compute_advantage
 from agentfly_train.batch import (
     episode_mask,
     explained_variance,
@@ -14,7 +14,6 @@ from agentfly_train.batch import (
     loss_mask,
     masked_stats,
     on_turn_rows,
-    outcome_rewards,
     row_slices,
     step_denominator,
 )
@@ -41,20 +40,17 @@ def test_turn_rows_get_their_episodes_advantage_scored_per_episode():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]])
     episodes = episode_mask(mask, turns=2)
     assert episodes.tolist() == [[1, 1, 1], [1, 1, 1]]
-    rewards = outcome_rewards(torch.tensor([1.0, 0.0]), episodes)
+    taken = torch.tensor([[True, True], [True, False]])
+    tokens, turn_rewards = torch.tensor([[2, 1], [3, 0]]), torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+    turns = Turns(tokens, turn_rewards, torch.zeros(2, 2).long(), taken)
+    rewards = turns.token_rewards(episodes)
+    assert rewards.tolist() == [[0, 0, 1], [0, 0, 0]]
     advantages, _ = compute_advantage(
         "grpo", rewards, episodes, index=torch.tensor([0, 0]), norm_adv_by_std_in_grpo=True, gamma=1.0, lam=1.0
     )
     a = 0.5 / (0.5**0.5 + 1e-6)
     expected = [[a, a, 0], [a, 0, 0], [-a, -a, -a], [0, 0, 0]]
     assert torch.allclose(on_turn_rows(advantages, 2, mask), torch.tensor(expected))
-
-
-def test_outcome_reward_sits_on_the_last_sampled_token():
-    mask = torch.tensor([[1, 1, 0, 0, 1, 0], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]])
-    rewards = outcome_rewards(torch.tensor([0.5, -1.0, 2.0]), mask)
-    assert rewards.dtype == torch.float32
-    assert rewards.tolist() == [[0, 0, 0, 0, 0.5, 0], [0, 0, 0, 0, 0, -1.0], [2.0, 0, 0, 0, 0, 0]]
 
 
 @pytest.mark.parametrize(

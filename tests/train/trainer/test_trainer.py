@@ -12,7 +12,7 @@ from torch import Tensor
 from transformers import set_seed
 from trl import GRPOTrainer
 
-from agentfly_train.batch import loss_mask, outcome_rewards, sequences
+from agentfly_train.batch import loss_mask, sequences
 from agentfly_train.build import make_trainer
 from agentfly_train.data import run_data
 from agentfly_train.models import load_policy, make_codec
@@ -361,7 +361,7 @@ def test_an_excluded_episode_is_out_of_its_groups_baseline_and_a_thinned_group_i
     assert torch.equal(mask[kept], before[kept])
     expected, _ = compute_advantage(
         "grpo",
-        outcome_rewards(rewards[kept], before[kept]),
+        torch.nn.functional.pad(rewards[kept][:, None], (0, before.shape[1] - 1)),  # grpo sums a row's rewards
         before[kept],
         index=torch.zeros(3, dtype=torch.long),
         norm_adv_by_std_in_grpo=trainer.rl.algorithm.norm_adv_by_std_in_grpo,
