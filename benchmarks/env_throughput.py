@@ -8,7 +8,10 @@ calls in a tight loop), because absolute timings on a shared machine are noisy.
 
     python benchmarks/env_throughput.py --gsm8k ../shared/data/gsm8k/test.jsonl --workers 2
 
-Without ``--gsm8k`` only Arith-Calc runs (it needs no data).
+Without ``--gsm8k`` only Arith-Calc runs (it needs no data). With ``--baseline-rev REV`` the one-env replays of the
+calculator envs are also timed side by side with the ``agentfly_envs`` of git revision ``REV``, in subprocesses,
+interleaved over ``--ab-rounds`` rounds (see ``side_by_side.py``), and the two sides' transcripts of a golden and
+a sloppy replay are compared (see ``transcripts.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,16 @@ import contextlib
 import json
 import math
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
+from side_by_side import REPO_ROOT, export_revision, interleaved, ratio_summary, run_child
+from transcripts import transcript_digest
 
 import agentfly_envs  # noqa: F401  (registers the envs)
 from agentfly_envs.tasks import TaskSource
@@ -87,6 +95,11 @@ def annotation_agreement(tasks: TaskSource) -> tuple[int, int]:
     return matches, total
 
 
+def golden_plans(planner: gym.Env) -> list[list]:
+    """The golden actions of every task of the (unwrapped) env ``planner``, by task index."""
+    return [planner.golden_actions(planner.tasks.row(index)) for index in range(len(planner.tasks))]
+
+
 def replay_single(env_id: str, plans: Sequence[list], **kwargs) -> ReplayStats:
     """Replays ``plans[i]`` (the golden actions of task ``i``) for every task in one env; times only reset/step,
     after one untimed reset (which may start a process, such as a world's JVM)."""
@@ -139,6 +152,17 @@ def replay_vector(
     return stats
 
 
+def side_by_side_line(result: dict[str, Any]) -> str:
+    """One line of a :func:`side_by_side` result."""
+    ratio = result["ratio"]
+    return (
+        f"one env vs {result['revision']}: {statistics.median(result['current_steps_per_s']):.0f} vs "
+        f"{statistics.median(result['baseline_steps_per_s']):.0f} env steps/s (medians of {result['rounds']} "
+        f"interleaved rounds); ratio min {ratio['min']:.2f}x, median {ratio['median']:.2f}x, max {ratio['max']:.2f}x; "
+        f"transcripts identical: {'yes' if result['transcripts_identical'] else 'NO'}"
+    )
+
+
 def markdown_table(results: dict, workers: int) -> str:
     """The results as the README's table (one row per run and mode)."""
     lines = [
@@ -158,6 +182,57 @@ def markdown_table(results: dict, workers: int) -> str:
     return "\n".join(lines)
 
 
+def child_run(spec: dict[str, Any]) -> dict[str, Any]:
+    """One side of a side-by-side round, in the process that ``--child SPEC`` starts: ``spec["passes"]`` one-env
+    golden replays of ``spec["env_id"]`` made with ``spec["kwargs"]``, and with ``spec["transcript"]`` the
+    :func:`~transcripts.transcript_digest` of the env's golden and sloppy replays.
+
+    Returns:
+        ``{"env_steps_per_s": median over the passes, "golden_solved": fraction, "transcript": hex digest or None}``.
+    """
+    env_id, kwargs = spec["env_id"], spec["kwargs"]
+    plans = golden_plans(gym.make(env_id, **kwargs).unwrapped)
+    run = median_run([replay_single(env_id, plans, **kwargs) for _ in range(spec["passes"])])
+    return {
+        "env_steps_per_s": run.steps / run.seconds,
+        "golden_solved": run.solved / run.episodes,
+        "transcript": transcript_digest(env_id, plans, **kwargs) if spec["transcript"] else None,
+    }
+
+
+def side_by_side(env_id: str, kwargs: dict[str, Any], revision: str, rounds: int, passes: int) -> dict[str, Any]:
+    """One-env golden replay steps/s of this checkout and of ``revision``, in interleaved subprocess rounds.
+
+    Returns:
+        ``{"revision", "rounds", "current_steps_per_s": [per round], "baseline_steps_per_s": [per round],
+        "ratio": {"min", "median", "max"} of current / baseline over the rounds, "transcripts_identical": bool,
+        "golden_solved": {"current", "baseline"}}``.
+    """
+    script = Path(__file__).resolve()
+    with tempfile.TemporaryDirectory(prefix="agentfly-baseline-") as folder:
+        baseline_root = export_revision(revision, Path(folder))
+
+        def side(root: Path) -> Any:
+            def run(number: int) -> dict[str, Any]:
+                spec = {"env_id": env_id, "kwargs": kwargs, "passes": passes, "transcript": number == 0}
+                return run_child(script, root, ["--child", json.dumps(spec)])
+
+            return run
+
+        pairs = interleaved(side(REPO_ROOT), side(baseline_root), rounds)
+    current = [pair[0]["env_steps_per_s"] for pair in pairs]
+    baseline = [pair[1]["env_steps_per_s"] for pair in pairs]
+    return {
+        "revision": revision,
+        "rounds": rounds,
+        "current_steps_per_s": current,
+        "baseline_steps_per_s": baseline,
+        "ratio": ratio_summary([a / b for a, b in zip(current, baseline, strict=True)]),
+        "transcripts_identical": pairs[0][0]["transcript"] == pairs[0][1]["transcript"],
+        "golden_solved": {"current": pairs[0][0]["golden_solved"], "baseline": pairs[0][1]["golden_solved"]},
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gsm8k", help="GSM8K-format JSONL/JSON/parquet file (e.g. ../shared/data/gsm8k/test.jsonl)")
@@ -167,7 +242,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--python-episodes", type=int, default=40, help="episodes of the python-tool run (0: skip)")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure; the median is reported")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--baseline-rev", help="git revision whose agentfly_envs the calculator envs' one-env replay is timed against"
+    )
+    parser.add_argument("--ab-rounds", type=int, default=5, help="interleaved rounds of --baseline-rev's timing")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # one side of a --baseline-rev round (a JSON spec)
     args = parser.parse_args(argv)
+    if args.child:
+        result = child_run(json.loads(args.child))
+        print(json.dumps(result))
+        return result
 
     # (label, env id, make kwargs: every task of the env is one golden episode, batched vector steps, repeats)
     arith, repeats = {"level": "hard", "num_tasks": args.arith_episodes}, args.repeats
@@ -180,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     results = {}
     for label, env_id, kwargs, vector_steps, repeats in runs:
         planner = gym.make(env_id, **kwargs).unwrapped
-        plans = [planner.golden_actions(planner.tasks.row(index)) for index in range(len(planner.tasks))]
+        plans = golden_plans(planner)
         single = median_run([replay_single(env_id, plans, **kwargs) for _ in range(repeats)])
         rows = [planner.tasks.row(i) for i in range(min(200, len(planner.tasks)))]
         expressions = [e for row in rows for e in planner.tasks.golden(row).expressions]
@@ -201,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 [replay_vector(env_id, plans, args.workers, vector_steps, mode=mode, **kwargs) for _ in range(repeats)]
             )
             result[f"{mode}_x{args.workers}"] = vector.row()
+        if args.baseline_rev and "tools" not in kwargs:  # the calculator envs
+            result["side_by_side"] = side_by_side(env_id, kwargs, args.baseline_rev, args.ab_rounds, repeats)
         results[label] = result
 
     for label, result in results.items():
@@ -220,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
             f"(env tool calls/s = {ratio:.2f}x baseline); "
             f"calculator = annotation on {result['calculator_matches_annotation']:.4f} of calls"
         )
+        if "side_by_side" in result:
+            print("  " + side_by_side_line(result["side_by_side"]))
     print("\n" + markdown_table(results, args.workers))
     if args.json:
         with open(args.json, "w") as f:
