@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, SupportsFloat
@@ -70,7 +69,7 @@ class _Episode:
     messages: list[dict[str, Any]]
     turn: int = 0
     done: bool = False
-    error_counts: Counter = field(default_factory=Counter)
+    error_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
 
 
 Observation = str | dict[str, Any]
@@ -294,7 +293,7 @@ class ToolEnv(gym.Env[Observation, Action]):
         info = {
             "messages": [_copied(message) for message in messages],
             "tools": json.loads(self._schemas_json),
-            "task": copy.deepcopy(row),
+            "task": _row_copy(row),
             "task_index": index,
         }
         return observation, info
@@ -360,7 +359,7 @@ class ToolEnv(gym.Env[Observation, Action]):
             "tool_calls": [call.as_openai() for call in turn.calls],
             "parse_errors": turn.parse_errors,
             "tool_latency_s": turn.latencies,
-            "error_counts": {kind: episode.error_counts[kind] for kind in ERROR_KINDS},
+            "error_counts": dict(episode.error_counts),
             "turn": episode.turn,
             "answer": turn.answer,
             "reward_components": outcome.components,
@@ -594,6 +593,16 @@ def _tool_message(call: ToolCall | None, content: str) -> dict[str, Any]:
     if call is None:
         return {"role": "tool", "name": "error", "content": content}
     return {"role": "tool", "name": call.name, "tool_call_id": call.id, "content": content}
+
+
+_PLAIN_VALUES = frozenset({str, int, float, bool, type(None)})
+
+
+def _row_copy(row: Row) -> Row:
+    """A deep copy of a task row; for a row of plain values (strings, numbers: the usual row) a plain ``dict``."""
+    if all(type(value) in _PLAIN_VALUES for value in row.values()):
+        return dict(row)
+    return copy.deepcopy(row)
 
 
 def _copied(message: dict[str, Any]) -> dict[str, Any]:

@@ -118,6 +118,7 @@ _ANSWER_IS = re.compile(
     re.IGNORECASE,
 )
 _ANY_NUMBER = re.compile(_NUMBER)
+_BRACES = re.compile(r"[{}]")
 
 
 def last_boxed(text: str) -> str | None:
@@ -134,10 +135,10 @@ def last_boxed(text: str) -> str | None:
     if brace < 0:
         return None
     depth = 0
-    for i in range(brace, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
+    for match in _BRACES.finditer(text, brace):
+        depth += 1 if match.group() == "{" else -1
         if depth == 0:
-            return text[brace + 1 : i].strip()
+            return text[brace + 1 : match.start()].strip()
     return None
 
 
