@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import marshal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, SupportsFloat
@@ -195,7 +196,8 @@ class ToolEnv(gym.Env[Observation, Action]):
         self.observation_space = self._observation_space()
         self.action_space = TextSpace(max_action_chars)
         self._schemas = [tool.schema for tool in self.tools.values()]
-        self._schemas_json = json.dumps(self._schemas)  # json.loads of it is a fast deep copy
+        # marshal.loads of the schemas as JSON reads them is the fastest deep copy for reset's info (4x json.loads)
+        self._schemas_marshalled = marshal.dumps(json.loads(json.dumps(self._schemas)))
         self._answer_by_tool = any(tool.ends_episode for tool in self.tools.values())
         if (reward in WORLD_REWARDS) != (self._world is not None):
             raise ValueError(
@@ -292,7 +294,7 @@ class ToolEnv(gym.Env[Observation, Action]):
         self._episode = _Episode(row=row, ground_truth=self.tasks.ground_truth(row), messages=messages)
         info = {
             "messages": [_copied(message) for message in messages],
-            "tools": json.loads(self._schemas_json),
+            "tools": marshal.loads(self._schemas_marshalled),
             "task": _row_copy(row),
             "task_index": index,
         }
