@@ -40,13 +40,15 @@ from agentfly_envs.tools.calculator import calculator
 
 @dataclass
 class ReplayStats:
-    """Counts and wall time of one replay run."""
+    """Counts and wall time of one replay run (and, for a one-env replay, the CPU time of the env's process: the
+    time a step costs besides what it waits for, such as the sandbox's interpreters, which are other processes)."""
 
     steps: int = 0
     calculator_calls: int = 0
     episodes: int = 0
     solved: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
     def row(self) -> dict[str, float]:
         return {
@@ -106,7 +108,7 @@ def replay_single(env_id: str, plans: Sequence[list], **kwargs) -> ReplayStats:
     env = gym.make(env_id, **kwargs)
     env.reset(options={"index": 0})
     stats = ReplayStats()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for index, actions in enumerate(plans):
         env.reset(options={"index": index})
         for action in actions:
@@ -115,7 +117,7 @@ def replay_single(env_id: str, plans: Sequence[list], **kwargs) -> ReplayStats:
             stats.calculator_calls += len(info["tool_calls"])
         stats.episodes += 1
         stats.solved += reward == 1.0
-    stats.seconds = time.perf_counter() - start
+    stats.seconds, stats.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     env.close()
     return stats
 
@@ -154,11 +156,14 @@ def replay_vector(
 
 def side_by_side_line(result: dict[str, Any]) -> str:
     """One line of a :func:`side_by_side` result."""
-    ratio = result["ratio"]
+    ratio, cpu = result["ratio"], result["cpu_ratio"]
+    median = {key: statistics.median(result[key]) for key in result if key.startswith(("current_", "baseline_"))}
     return (
-        f"one env vs {result['revision']}: {statistics.median(result['current_steps_per_s']):.0f} vs "
-        f"{statistics.median(result['baseline_steps_per_s']):.0f} env steps/s (medians of {result['rounds']} "
-        f"interleaved rounds); ratio min {ratio['min']:.2f}x, median {ratio['median']:.2f}x, max {ratio['max']:.2f}x; "
+        f"one env vs {result['revision']} (medians of {result['rounds']} interleaved rounds): "
+        f"{median['current_steps_per_s']:.0f} vs {median['baseline_steps_per_s']:.0f} env steps/s, ratio min "
+        f"{ratio['min']:.2f}x, median {ratio['median']:.2f}x, max {ratio['max']:.2f}x; env process CPU "
+        f"{median['current_cpu_us_per_step']:.1f} vs {median['baseline_cpu_us_per_step']:.1f} us/step, "
+        f"{cpu['median']:.2f}x less (min {cpu['min']:.2f}x, max {cpu['max']:.2f}x); "
         f"transcripts identical: {'yes' if result['transcripts_identical'] else 'NO'}"
     )
 
@@ -188,25 +193,29 @@ def child_run(spec: dict[str, Any]) -> dict[str, Any]:
     :func:`~transcripts.transcript_digest` of the env's golden and sloppy replays.
 
     Returns:
-        ``{"env_steps_per_s": median over the passes, "golden_solved": fraction, "transcript": hex digest or None}``.
+        ``{"env_steps_per_s": the passes' median, "cpu_us_per_step": that pass's CPU time of this process per step
+        (microseconds), "golden_solved": fraction, "transcript": hex digest or None}``.
     """
     env_id, kwargs = spec["env_id"], spec["kwargs"]
     plans = golden_plans(gym.make(env_id, **kwargs).unwrapped)
     run = median_run([replay_single(env_id, plans, **kwargs) for _ in range(spec["passes"])])
     return {
         "env_steps_per_s": run.steps / run.seconds,
+        "cpu_us_per_step": run.cpu_seconds / run.steps * 1e6,
         "golden_solved": run.solved / run.episodes,
         "transcript": transcript_digest(env_id, plans, **kwargs) if spec["transcript"] else None,
     }
 
 
 def side_by_side(env_id: str, kwargs: dict[str, Any], revision: str, rounds: int, passes: int) -> dict[str, Any]:
-    """One-env golden replay steps/s of this checkout and of ``revision``, in interleaved subprocess rounds.
+    """One-env golden replay steps/s, and the env process's CPU time per step, of this checkout and of
+    ``revision``, in interleaved subprocess rounds.
 
     Returns:
         ``{"revision", "rounds", "current_steps_per_s": [per round], "baseline_steps_per_s": [per round],
-        "ratio": {"min", "median", "max"} of current / baseline over the rounds, "transcripts_identical": bool,
-        "golden_solved": {"current", "baseline"}}``.
+        "ratio": {"min", "median", "max"} of current / baseline steps/s over the rounds, "current_cpu_us_per_step",
+        "baseline_cpu_us_per_step": [per round], "cpu_ratio": {"min", "median", "max"} of baseline / current CPU
+        time per step, "transcripts_identical": bool, "golden_solved": {"current", "baseline"}}``.
     """
     script = Path(__file__).resolve()
     with tempfile.TemporaryDirectory(prefix="agentfly-baseline-") as folder:
@@ -220,14 +229,17 @@ def side_by_side(env_id: str, kwargs: dict[str, Any], revision: str, rounds: int
             return run
 
         pairs = interleaved(side(REPO_ROOT), side(baseline_root), rounds)
-    current = [pair[0]["env_steps_per_s"] for pair in pairs]
-    baseline = [pair[1]["env_steps_per_s"] for pair in pairs]
+    current, baseline = ([pair[side]["env_steps_per_s"] for pair in pairs] for side in (0, 1))
+    current_cpu, baseline_cpu = ([pair[side]["cpu_us_per_step"] for pair in pairs] for side in (0, 1))
     return {
         "revision": revision,
         "rounds": rounds,
         "current_steps_per_s": current,
         "baseline_steps_per_s": baseline,
         "ratio": ratio_summary([a / b for a, b in zip(current, baseline, strict=True)]),
+        "current_cpu_us_per_step": current_cpu,
+        "baseline_cpu_us_per_step": baseline_cpu,
+        "cpu_ratio": ratio_summary([b / a for a, b in zip(current_cpu, baseline_cpu, strict=True)]),
         "transcripts_identical": pairs[0][0]["transcript"] == pairs[0][1]["transcript"],
         "golden_solved": {"current": pairs[0][0]["golden_solved"], "baseline": pairs[0][1]["golden_solved"]},
     }
@@ -277,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             "annotations": annotations,
             "baseline_bare_calculator_calls_per_s": baseline,
             "single": single.row(),
+            "single_cpu_us_per_step": single.cpu_seconds / single.steps * 1e6,
             "calculator_matches_annotation": matches / max(annotations, 1),
             "repeats": repeats,
         }
@@ -285,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 [replay_vector(env_id, plans, args.workers, vector_steps, mode=mode, **kwargs) for _ in range(repeats)]
             )
             result[f"{mode}_x{args.workers}"] = vector.row()
-        if args.baseline_rev and "tools" not in kwargs:  # the calculator envs
+        if args.baseline_rev:
             result["side_by_side"] = side_by_side(env_id, kwargs, args.baseline_rev, args.ab_rounds, repeats)
         results[label] = result
 
@@ -306,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             f"(env tool calls/s = {ratio:.2f}x baseline); "
             f"calculator = annotation on {result['calculator_matches_annotation']:.4f} of calls"
         )
+        print(f"  one env: this process's CPU time {result['single_cpu_us_per_step']:.1f} us per step")
         if "side_by_side" in result:
             print("  " + side_by_side_line(result["side_by_side"]))
     print("\n" + markdown_table(results, args.workers))
