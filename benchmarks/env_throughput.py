@@ -207,9 +207,11 @@ def child_run(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def side_by_side(env_id: str, kwargs: dict[str, Any], revision: str, rounds: int, passes: int) -> dict[str, Any]:
+def side_by_side(
+    env_id: str, kwargs: dict[str, Any], revision: str, baseline_root: Path, rounds: int, passes: int
+) -> dict[str, Any]:
     """One-env golden replay steps/s, and the env process's CPU time per step, of this checkout and of
-    ``revision``, in interleaved subprocess rounds.
+    ``revision`` (its ``agentfly_envs`` exported into ``baseline_root``), in interleaved subprocess rounds.
 
     Returns:
         ``{"revision", "rounds", "current_steps_per_s": [per round], "baseline_steps_per_s": [per round],
@@ -218,17 +220,15 @@ def side_by_side(env_id: str, kwargs: dict[str, Any], revision: str, rounds: int
         time per step, "transcripts_identical": bool, "golden_solved": {"current", "baseline"}}``.
     """
     script = Path(__file__).resolve()
-    with tempfile.TemporaryDirectory(prefix="agentfly-baseline-") as folder:
-        baseline_root = export_revision(revision, Path(folder))
 
-        def side(root: Path) -> Any:
-            def run(number: int) -> dict[str, Any]:
-                spec = {"env_id": env_id, "kwargs": kwargs, "passes": passes, "transcript": number == 0}
-                return run_child(script, root, ["--child", json.dumps(spec)])
+    def side(root: Path) -> Any:
+        def run(number: int) -> dict[str, Any]:
+            spec = {"env_id": env_id, "kwargs": kwargs, "passes": passes, "transcript": number == 0}
+            return run_child(script, root, ["--child", json.dumps(spec)])
 
-            return run
+        return run
 
-        pairs = interleaved(side(REPO_ROOT), side(baseline_root), rounds)
+    pairs = interleaved(side(REPO_ROOT), side(baseline_root), rounds)
     current, baseline = ([pair[side]["env_steps_per_s"] for pair in pairs] for side in (0, 1))
     current_cpu, baseline_cpu = ([pair[side]["cpu_us_per_step"] for pair in pairs] for side in (0, 1))
     return {
@@ -243,6 +243,42 @@ def side_by_side(env_id: str, kwargs: dict[str, Any], revision: str, rounds: int
         "transcripts_identical": pairs[0][0]["transcript"] == pairs[0][1]["transcript"],
         "golden_solved": {"current": pairs[0][0]["golden_solved"], "baseline": pairs[0][1]["golden_solved"]},
     }
+
+
+def measure(runs: list[tuple], args: argparse.Namespace, baseline_root: Path | None) -> dict[str, dict[str, Any]]:
+    """Every figure of every run ``(label, env id, make kwargs, vector steps, repeats)``, by label; with
+    ``baseline_root`` (the ``--baseline-rev`` package) also the side-by-side timing."""
+    results = {}
+    for label, env_id, kwargs, vector_steps, repeats in runs:
+        planner = gym.make(env_id, **kwargs).unwrapped
+        plans = golden_plans(planner)
+        single = median_run([replay_single(env_id, plans, **kwargs) for _ in range(repeats)])
+        rows = [planner.tasks.row(i) for i in range(min(200, len(planner.tasks)))]
+        expressions = [e for row in rows for e in planner.tasks.golden(row).expressions]
+        baseline = statistics.median_low(baseline_calculator_calls_per_s(expressions, 0.5) for _ in range(repeats))
+        matches, annotations = annotation_agreement(planner.tasks)
+        result = {
+            "env_id": env_id,
+            "kwargs": kwargs,
+            "episodes": single.episodes,
+            "annotations": annotations,
+            "baseline_bare_calculator_calls_per_s": baseline,
+            "single": single.row(),
+            "single_cpu_us_per_step": single.cpu_seconds / single.steps * 1e6,
+            "calculator_matches_annotation": matches / max(annotations, 1),
+            "repeats": repeats,
+        }
+        for mode in ("sync", "async"):
+            vector = median_run(
+                [replay_vector(env_id, plans, args.workers, vector_steps, mode=mode, **kwargs) for _ in range(repeats)]
+            )
+            result[f"{mode}_x{args.workers}"] = vector.row()
+        if baseline_root is not None:
+            result["side_by_side"] = side_by_side(
+                env_id, kwargs, args.baseline_rev, baseline_root, args.ab_rounds, repeats
+            )
+        results[label] = result
+    return results
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
@@ -273,34 +309,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if args.python_episodes:
         slow = {"level": "hard", "num_tasks": args.python_episodes, "tools": ("python",)}
         runs.append(("Arith, python tool", "agentfly/Arith-Calc", slow, 4 * args.python_episodes, 1))
-    results = {}
-    for label, env_id, kwargs, vector_steps, repeats in runs:
-        planner = gym.make(env_id, **kwargs).unwrapped
-        plans = golden_plans(planner)
-        single = median_run([replay_single(env_id, plans, **kwargs) for _ in range(repeats)])
-        rows = [planner.tasks.row(i) for i in range(min(200, len(planner.tasks)))]
-        expressions = [e for row in rows for e in planner.tasks.golden(row).expressions]
-        baseline = statistics.median_low(baseline_calculator_calls_per_s(expressions, 0.5) for _ in range(repeats))
-        matches, annotations = annotation_agreement(planner.tasks)
-        result = {
-            "env_id": env_id,
-            "kwargs": kwargs,
-            "episodes": single.episodes,
-            "annotations": annotations,
-            "baseline_bare_calculator_calls_per_s": baseline,
-            "single": single.row(),
-            "single_cpu_us_per_step": single.cpu_seconds / single.steps * 1e6,
-            "calculator_matches_annotation": matches / max(annotations, 1),
-            "repeats": repeats,
-        }
-        for mode in ("sync", "async"):
-            vector = median_run(
-                [replay_vector(env_id, plans, args.workers, vector_steps, mode=mode, **kwargs) for _ in range(repeats)]
-            )
-            result[f"{mode}_x{args.workers}"] = vector.row()
-        if args.baseline_rev:
-            result["side_by_side"] = side_by_side(env_id, kwargs, args.baseline_rev, args.ab_rounds, repeats)
-        results[label] = result
+    with tempfile.TemporaryDirectory(prefix="agentfly-baseline-") as folder:
+        baseline_root = export_revision(args.baseline_rev, Path(folder)) if args.baseline_rev else None
+        results = measure(runs, args, baseline_root)
 
     for label, result in results.items():
         print(f"\n{label}: {result['episodes']} golden episodes, {result['annotations']} calculator annotations")
