@@ -118,6 +118,10 @@ _ANSWER_IS = re.compile(
     re.IGNORECASE,
 )
 _ANY_NUMBER = re.compile(_NUMBER)
+_BRACES = re.compile(r"[{}]")
+_LEADING_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)")
+_PLAIN_INTEGER = re.compile(r"0|[1-9][0-9]{0,27}")
+"""An integer of at most 28 digits (``Decimal``'s default precision) without a sign or leading zeros."""
 
 
 def last_boxed(text: str) -> str | None:
@@ -134,10 +138,10 @@ def last_boxed(text: str) -> str | None:
     if brace < 0:
         return None
     depth = 0
-    for i in range(brace, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
+    for match in _BRACES.finditer(text, brace):
+        depth += 1 if match.group() == "{" else -1
         if depth == 0:
-            return text[brace + 1 : i].strip()
+            return text[brace + 1 : match.start()].strip()
     return None
 
 
@@ -177,7 +181,9 @@ def normalize_number(text: str) -> str:
     """
     cleaned = text.strip().replace("\\$", "").replace("$", "").replace(",", "").replace(" ", "").rstrip(".")
     cleaned = cleaned.removeprefix("\\text{").removesuffix("}")
-    match = re.match(r"^[-+]?(\d+(\.\d*)?|\.\d+)", cleaned)
+    if _PLAIN_INTEGER.fullmatch(cleaned):  # the usual answer, already canonical (what the Decimal path gives)
+        return cleaned
+    match = _LEADING_NUMBER.match(cleaned)
     if match is None:
         return text.strip().lower()
     try:

@@ -8,7 +8,10 @@ calls in a tight loop), because absolute timings on a shared machine are noisy.
 
     python benchmarks/env_throughput.py --gsm8k ../shared/data/gsm8k/test.jsonl --workers 2
 
-Without ``--gsm8k`` only Arith-Calc runs (it needs no data).
+Without ``--gsm8k`` only Arith-Calc runs (it needs no data). With ``--baseline-rev REV`` the one-env replays of the
+calculator envs are also timed side by side with the ``agentfly_envs`` of git revision ``REV``, in subprocesses,
+interleaved over ``--ab-rounds`` rounds (see ``side_by_side.py``), and the two sides' transcripts of a golden and
+a sloppy replay are compared (see ``transcripts.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +21,16 @@ import contextlib
 import json
 import math
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
+from side_by_side import REPO_ROOT, export_revision, interleaved, ratio_summary, run_child
+from transcripts import transcript_digest
 
 import agentfly_envs  # noqa: F401  (registers the envs)
 from agentfly_envs.tasks import TaskSource
@@ -32,13 +40,15 @@ from agentfly_envs.tools.calculator import calculator
 
 @dataclass
 class ReplayStats:
-    """Counts and wall time of one replay run."""
+    """Counts and wall time of one replay run (and, for a one-env replay, the CPU time of the env's process: the
+    time a step costs besides what it waits for, such as the sandbox's interpreters, which are other processes)."""
 
     steps: int = 0
     calculator_calls: int = 0
     episodes: int = 0
     solved: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
     def row(self) -> dict[str, float]:
         return {
@@ -87,13 +97,18 @@ def annotation_agreement(tasks: TaskSource) -> tuple[int, int]:
     return matches, total
 
 
+def golden_plans(planner: gym.Env) -> list[list]:
+    """The golden actions of every task of the (unwrapped) env ``planner``, by task index."""
+    return [planner.golden_actions(planner.tasks.row(index)) for index in range(len(planner.tasks))]
+
+
 def replay_single(env_id: str, plans: Sequence[list], **kwargs) -> ReplayStats:
     """Replays ``plans[i]`` (the golden actions of task ``i``) for every task in one env; times only reset/step,
     after one untimed reset (which may start a process, such as a world's JVM)."""
     env = gym.make(env_id, **kwargs)
     env.reset(options={"index": 0})
     stats = ReplayStats()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for index, actions in enumerate(plans):
         env.reset(options={"index": index})
         for action in actions:
@@ -102,7 +117,7 @@ def replay_single(env_id: str, plans: Sequence[list], **kwargs) -> ReplayStats:
             stats.calculator_calls += len(info["tool_calls"])
         stats.episodes += 1
         stats.solved += reward == 1.0
-    stats.seconds = time.perf_counter() - start
+    stats.seconds, stats.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     env.close()
     return stats
 
@@ -139,6 +154,20 @@ def replay_vector(
     return stats
 
 
+def side_by_side_line(result: dict[str, Any]) -> str:
+    """One line of a :func:`side_by_side` result."""
+    ratio, cpu = result["ratio"], result["cpu_ratio"]
+    median = {key: statistics.median(result[key]) for key in result if key.startswith(("current_", "baseline_"))}
+    return (
+        f"one env vs {result['revision']} (medians of {result['rounds']} interleaved rounds): "
+        f"{median['current_steps_per_s']:.0f} vs {median['baseline_steps_per_s']:.0f} env steps/s, ratio min "
+        f"{ratio['min']:.2f}x, median {ratio['median']:.2f}x, max {ratio['max']:.2f}x; env process CPU "
+        f"{median['current_cpu_us_per_step']:.1f} vs {median['baseline_cpu_us_per_step']:.1f} us/step, "
+        f"{cpu['median']:.2f}x less (min {cpu['min']:.2f}x, max {cpu['max']:.2f}x); "
+        f"transcripts identical: {'yes' if result['transcripts_identical'] else 'NO'}"
+    )
+
+
 def markdown_table(results: dict, workers: int) -> str:
     """The results as the README's table (one row per run and mode)."""
     lines = [
@@ -158,29 +187,71 @@ def markdown_table(results: dict, workers: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gsm8k", help="GSM8K-format JSONL/JSON/parquet file (e.g. ../shared/data/gsm8k/test.jsonl)")
-    parser.add_argument("--arith-episodes", type=int, default=2000, help="Arith-Calc episodes to replay")
-    parser.add_argument("--workers", type=int, default=2, help="sub-envs of the vector envs")
-    parser.add_argument("--vector-steps", type=int, default=1000, help="batched steps of each vector env")
-    parser.add_argument("--python-episodes", type=int, default=40, help="episodes of the python-tool run (0: skip)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure; the median is reported")
-    parser.add_argument("--json", help="also write the results to this file")
-    args = parser.parse_args(argv)
+def child_run(spec: dict[str, Any]) -> dict[str, Any]:
+    """One side of a side-by-side round, in the process that ``--child SPEC`` starts: ``spec["passes"]`` one-env
+    golden replays of ``spec["env_id"]`` made with ``spec["kwargs"]``, and with ``spec["transcript"]`` the
+    :func:`~transcripts.transcript_digest` of the env's golden and sloppy replays.
 
-    # (label, env id, make kwargs: every task of the env is one golden episode, batched vector steps, repeats)
-    arith, repeats = {"level": "hard", "num_tasks": args.arith_episodes}, args.repeats
-    runs = [("Arith-Calc (hard)", "agentfly/Arith-Calc", arith, args.vector_steps, repeats)]
-    if args.gsm8k:
-        runs.append(("GSM8K-Calc", "agentfly/GSM8K-Calc", {"data_files": args.gsm8k}, args.vector_steps, repeats))
-    if args.python_episodes:
-        slow = {"level": "hard", "num_tasks": args.python_episodes, "tools": ("python",)}
-        runs.append(("Arith, python tool", "agentfly/Arith-Calc", slow, 4 * args.python_episodes, 1))
+    Returns:
+        ``{"env_steps_per_s": the passes' median, "cpu_us_per_step": that pass's CPU time of this process per step
+        (microseconds), "golden_solved": fraction, "transcript": hex digest or None}``.
+    """
+    env_id, kwargs = spec["env_id"], spec["kwargs"]
+    plans = golden_plans(gym.make(env_id, **kwargs).unwrapped)
+    run = median_run([replay_single(env_id, plans, **kwargs) for _ in range(spec["passes"])])
+    return {
+        "env_steps_per_s": run.steps / run.seconds,
+        "cpu_us_per_step": run.cpu_seconds / run.steps * 1e6,
+        "golden_solved": run.solved / run.episodes,
+        "transcript": transcript_digest(env_id, plans, **kwargs) if spec["transcript"] else None,
+    }
+
+
+def side_by_side(
+    env_id: str, kwargs: dict[str, Any], revision: str, baseline_root: Path, rounds: int, passes: int
+) -> dict[str, Any]:
+    """One-env golden replay steps/s, and the env process's CPU time per step, of this checkout and of
+    ``revision`` (its ``agentfly_envs`` exported into ``baseline_root``), in interleaved subprocess rounds.
+
+    Returns:
+        ``{"revision", "rounds", "current_steps_per_s": [per round], "baseline_steps_per_s": [per round],
+        "ratio": {"min", "median", "max"} of current / baseline steps/s over the rounds, "current_cpu_us_per_step",
+        "baseline_cpu_us_per_step": [per round], "cpu_ratio": {"min", "median", "max"} of baseline / current CPU
+        time per step, "transcripts_identical": bool, "golden_solved": {"current", "baseline"}}``.
+    """
+    script = Path(__file__).resolve()
+
+    def side(root: Path) -> Any:
+        def run(number: int) -> dict[str, Any]:
+            spec = {"env_id": env_id, "kwargs": kwargs, "passes": passes, "transcript": number == 0}
+            return run_child(script, root, ["--child", json.dumps(spec)])
+
+        return run
+
+    pairs = interleaved(side(REPO_ROOT), side(baseline_root), rounds)
+    current, baseline = ([pair[side]["env_steps_per_s"] for pair in pairs] for side in (0, 1))
+    current_cpu, baseline_cpu = ([pair[side]["cpu_us_per_step"] for pair in pairs] for side in (0, 1))
+    return {
+        "revision": revision,
+        "rounds": rounds,
+        "current_steps_per_s": current,
+        "baseline_steps_per_s": baseline,
+        "ratio": ratio_summary([a / b for a, b in zip(current, baseline, strict=True)]),
+        "current_cpu_us_per_step": current_cpu,
+        "baseline_cpu_us_per_step": baseline_cpu,
+        "cpu_ratio": ratio_summary([b / a for a, b in zip(current_cpu, baseline_cpu, strict=True)]),
+        "transcripts_identical": pairs[0][0]["transcript"] == pairs[0][1]["transcript"],
+        "golden_solved": {"current": pairs[0][0]["golden_solved"], "baseline": pairs[0][1]["golden_solved"]},
+    }
+
+
+def measure(runs: list[tuple], args: argparse.Namespace, baseline_root: Path | None) -> dict[str, dict[str, Any]]:
+    """Every figure of every run ``(label, env id, make kwargs, vector steps, repeats)``, by label; with
+    ``baseline_root`` (the ``--baseline-rev`` package) also the side-by-side timing."""
     results = {}
     for label, env_id, kwargs, vector_steps, repeats in runs:
         planner = gym.make(env_id, **kwargs).unwrapped
-        plans = [planner.golden_actions(planner.tasks.row(index)) for index in range(len(planner.tasks))]
+        plans = golden_plans(planner)
         single = median_run([replay_single(env_id, plans, **kwargs) for _ in range(repeats)])
         rows = [planner.tasks.row(i) for i in range(min(200, len(planner.tasks)))]
         expressions = [e for row in rows for e in planner.tasks.golden(row).expressions]
@@ -193,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             "annotations": annotations,
             "baseline_bare_calculator_calls_per_s": baseline,
             "single": single.row(),
+            "single_cpu_us_per_step": single.cpu_seconds / single.steps * 1e6,
             "calculator_matches_annotation": matches / max(annotations, 1),
             "repeats": repeats,
         }
@@ -201,7 +273,45 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 [replay_vector(env_id, plans, args.workers, vector_steps, mode=mode, **kwargs) for _ in range(repeats)]
             )
             result[f"{mode}_x{args.workers}"] = vector.row()
+        if baseline_root is not None:
+            result["side_by_side"] = side_by_side(
+                env_id, kwargs, args.baseline_rev, baseline_root, args.ab_rounds, repeats
+            )
         results[label] = result
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gsm8k", help="GSM8K-format JSONL/JSON/parquet file (e.g. ../shared/data/gsm8k/test.jsonl)")
+    parser.add_argument("--arith-episodes", type=int, default=2000, help="Arith-Calc episodes to replay")
+    parser.add_argument("--workers", type=int, default=2, help="sub-envs of the vector envs")
+    parser.add_argument("--vector-steps", type=int, default=1000, help="batched steps of each vector env")
+    parser.add_argument("--python-episodes", type=int, default=40, help="episodes of the python-tool run (0: skip)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure; the median is reported")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--baseline-rev", help="git revision whose agentfly_envs the calculator envs' one-env replay is timed against"
+    )
+    parser.add_argument("--ab-rounds", type=int, default=5, help="interleaved rounds of --baseline-rev's timing")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # one side of a --baseline-rev round (a JSON spec)
+    args = parser.parse_args(argv)
+    if args.child:
+        result = child_run(json.loads(args.child))
+        print(json.dumps(result))
+        return result
+
+    # (label, env id, make kwargs: every task of the env is one golden episode, batched vector steps, repeats)
+    arith, repeats = {"level": "hard", "num_tasks": args.arith_episodes}, args.repeats
+    runs = [("Arith-Calc (hard)", "agentfly/Arith-Calc", arith, args.vector_steps, repeats)]
+    if args.gsm8k:
+        runs.append(("GSM8K-Calc", "agentfly/GSM8K-Calc", {"data_files": args.gsm8k}, args.vector_steps, repeats))
+    if args.python_episodes:
+        slow = {"level": "hard", "num_tasks": args.python_episodes, "tools": ("python",)}
+        runs.append(("Arith, python tool", "agentfly/Arith-Calc", slow, 4 * args.python_episodes, 1))
+    with tempfile.TemporaryDirectory(prefix="agentfly-baseline-") as folder:
+        baseline_root = export_revision(args.baseline_rev, Path(folder)) if args.baseline_rev else None
+        results = measure(runs, args, baseline_root)
 
     for label, result in results.items():
         print(f"\n{label}: {result['episodes']} golden episodes, {result['annotations']} calculator annotations")
@@ -220,6 +330,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
             f"(env tool calls/s = {ratio:.2f}x baseline); "
             f"calculator = annotation on {result['calculator_matches_annotation']:.4f} of calls"
         )
+        print(f"  one env: this process's CPU time {result['single_cpu_us_per_step']:.1f} us per step")
+        if "side_by_side" in result:
+            print("  " + side_by_side_line(result["side_by_side"]))
     print("\n" + markdown_table(results, args.workers))
     if args.json:
         with open(args.json, "w") as f:

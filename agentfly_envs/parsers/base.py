@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import json
-import secrets
+import os
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,15 @@ from agentfly_envs.registry import Registry
 
 Action = str | Mapping[str, Any]
 """What ``env.step`` takes: the assistant's raw text, or an assistant message dict."""
+
+_CALL_IDS = random.Random()  # seeded from os.urandom, and again in a forked child (so no two processes share ids)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_CALL_IDS.seed)
+
+
+def new_call_id() -> str:
+    """A fresh call id, ``call_`` and 12 random hex digits (48 bits: a clash within one conversation is unlikely)."""
+    return f"call_{_CALL_IDS.getrandbits(48):012x}"
 
 
 @dataclass(frozen=True)
@@ -29,7 +39,7 @@ class ToolCall:
 
     name: str
     arguments: dict[str, Any] | str
-    id: str = field(default_factory=lambda: f"call_{secrets.token_hex(6)}")
+    id: str = field(default_factory=new_call_id)
 
     def as_openai(self) -> dict[str, Any]:
         """This call as an OpenAI-style ``tool_calls`` entry (arguments as a dict)."""
@@ -68,10 +78,11 @@ def call_from_object(obj: object, position: int) -> ToolCall | str:
     ``arguments`` may be an object or a JSON string of one (both occur in the wild); ``parameters``
     is accepted as an alias; missing arguments mean none.
     """
-    if isinstance(obj, Mapping) and isinstance(obj.get("function"), Mapping):
-        return call_from_object(dict(obj["function"], id=obj.get("id")), position)
     if not isinstance(obj, Mapping):
         return f"tool call {position} must be a JSON object with 'name' and 'arguments', got {snippet(repr(obj))}"
+    function = obj.get("function")
+    if function is not None and isinstance(function, Mapping):
+        return call_from_object(dict(function, id=obj.get("id")), position)
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
         return f"tool call {position} has no 'name' (a string naming the tool): {snippet(json.dumps(obj, default=str))}"

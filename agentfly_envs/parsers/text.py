@@ -17,6 +17,8 @@ from agentfly_envs.parsers.base import (
     tool_lines,
 )
 
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+
 
 class HermesParser(Parser):
     """``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` blocks (Qwen2.5, Hermes).
@@ -29,12 +31,12 @@ class HermesParser(Parser):
     """
 
     name = "hermes"
-    _block = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 
     def parse_text(self, text: str) -> ParseResult:
-        result = ParseResult(self._block.sub("", text).replace("</tool_call>", "").strip())
-        for position, match in enumerate(self._block.finditer(text), start=1):
-            body = match.group(1).strip()
+        bodies, outside = self._blocks(text)
+        result = ParseResult(outside.replace(_CLOSE, "").strip())
+        for position, body in enumerate(bodies, start=1):
+            body = body.strip()
             try:
                 call = call_from_object(json.loads(body), position)
             except json.JSONDecodeError as e:
@@ -44,6 +46,22 @@ class HermesParser(Parser):
                 )
             (result.calls if isinstance(call, ToolCall) else result.errors).append(call)
         return result
+
+    @staticmethod
+    def _blocks(text: str) -> tuple[list[str], str]:
+        """The bodies of the ``<tool_call>`` blocks (a block left open runs to the end of the text), and the text
+        outside them: what the regular expression ``<tool_call>(.*?)(?:</tool_call>|\\Z)`` (``DOTALL``) finds and
+        leaves, found with ``str.find``, which costs a fraction of the expression's scan."""
+        bodies, outside, end = [], [], 0
+        start = text.find(_OPEN)
+        while start >= 0:
+            outside.append(text[end:start])
+            close = text.find(_CLOSE, start + len(_OPEN))
+            bodies.append(text[start + len(_OPEN) : close if close >= 0 else len(text)])
+            end = close + len(_CLOSE) if close >= 0 else len(text)
+            start = text.find(_OPEN, end)
+        outside.append(text[end:])
+        return bodies, "".join(outside)
 
     def format_calls(self, calls: Sequence[ToolCall], thought: str = "") -> str:
         blocks = [

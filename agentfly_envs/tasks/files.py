@@ -15,6 +15,9 @@ DataFiles = str | os.PathLike | Sequence[str | os.PathLike] | Mapping[str, str |
 """A JSON (list of rows), JSONL or parquet file, a list of them, or ``{split: files}``."""
 
 FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+MAX_PYTHON_ROWS_BYTES = 64 * 2**20
+"""Largest loaded data (Arrow bytes) whose rows :class:`LoadedTasks` turns into Python dicts once, on first use,
+instead of asking ``datasets`` for each row (which costs more than an env step)."""
 
 
 def _file_format(data_files: DataFiles) -> str:
@@ -136,10 +139,30 @@ def load_rows(
     return dataset
 
 
+def _python_rows(dataset: Any) -> list[Row] | None:
+    """Every row of ``dataset`` as a dict without its ``None`` fields, when every column holds scalars (strings,
+    numbers, booleans: a row's copy can then share its values) and the data is at most
+    :data:`MAX_PYTHON_ROWS_BYTES`; else ``None``."""
+    import datasets  # loaded already: the rows came from it
+
+    scalar = all(isinstance(feature, datasets.Value) for feature in dataset.features.values())
+    if not scalar or dataset.data.nbytes > MAX_PYTHON_ROWS_BYTES:
+        return None
+    columns = dataset[:]
+    names = list(columns)
+    return [
+        {name: value for name, value in zip(names, values, strict=True) if value is not None}
+        for values in zip(*columns.values(), strict=True)
+    ]
+
+
 class LoadedTasks(TaskSource):
-    """A task source whose rows were loaded once (:meth:`load`) into ``self._rows``."""
+    """A task source whose rows were loaded once (:meth:`load`) into ``self._rows``; data of scalar columns is
+    turned into Python rows on the first :meth:`row` (see :data:`MAX_PYTHON_ROWS_BYTES`)."""
 
     _rows: Any
+    _python: list[Row] | None = None
+    _python_checked = False
     _origin: str | list[str] = ""
     """Where the rows come from: the local files of the loaded split in order, or the Hub dataset and split."""
 
@@ -167,6 +190,10 @@ class LoadedTasks(TaskSource):
     def row(self, index: int) -> Row:
         """Row ``index``, without the fields it leaves out (which ``datasets`` fills with ``None`` where other rows
         have them)."""
+        if not self._python_checked:
+            self._python, self._python_checked = _python_rows(self._rows), True
+        if self._python is not None:
+            return dict(self._python[index])
         return {key: value for key, value in self._rows[index].items() if value is not None}
 
     def where(self, index: int) -> str:

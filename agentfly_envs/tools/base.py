@@ -160,10 +160,9 @@ class Tool:
 
     def check_arguments(self, arguments: Mapping[str, Any]) -> str | None:
         """Returns a message describing what is wrong with ``arguments``, or ``None`` if they fit the schema."""
-        properties = self._properties()
+        properties = self._properties
         unknown = [key for key in arguments if key not in properties]
-        required = self.schema["function"].get("parameters", {}).get("required", [])
-        missing = [key for key in required if key not in arguments]
+        missing = [key for key in self._required if key not in arguments]
         if unknown or missing:
             problems = [f"unknown argument(s) {unknown}"] if unknown else []
             problems += [f"missing required argument(s) {missing}"] if missing else []
@@ -178,18 +177,25 @@ class Tool:
 
     def _coerce_numbers_to_strings(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Models often send ``{"answer": 18}`` for a string parameter; pass such numbers on as text."""
-        properties = self._properties()
+        properties = self._properties
         return {
             key: str(value)
-            if properties.get(key, {}).get("type") == "string"
-            and isinstance(value, int | float)
+            if isinstance(value, int | float)
             and not isinstance(value, bool)
+            and properties.get(key, {}).get("type") == "string"
             else value
             for key, value in arguments.items()
         }
 
+    @cached_property
     def _properties(self) -> dict[str, dict[str, Any]]:
+        """The schema's ``parameters.properties`` (looked up once: every call checks its arguments against them)."""
         return self.schema["function"].get("parameters", {}).get("properties", {})
+
+    @cached_property
+    def _required(self) -> list[str]:
+        """The schema's ``parameters.required``."""
+        return self.schema["function"].get("parameters", {}).get("required", [])
 
     def __call__(self, arguments: Mapping[str, Any] | str) -> ToolResult:
         """Validates ``arguments`` and runs the tool; never raises.
@@ -205,10 +211,10 @@ class Tool:
         """
         start = time.perf_counter()
         if isinstance(arguments, str):
-            if len(self._properties()) != 1:
-                message = f"Error: {self.name} takes {len(self._properties())} arguments; give them as a JSON object."
+            if len(self._properties) != 1:
+                message = f"Error: {self.name} takes {len(self._properties)} arguments; give them as a JSON object."
                 return ToolResult(message, CallStatus.BAD_ARGUMENTS, 0.0)
-            arguments = {next(iter(self._properties())): arguments}
+            arguments = {next(iter(self._properties)): arguments}
         arguments = self._coerce_numbers_to_strings(arguments)
         problem = self.check_arguments(arguments)
         if problem is not None:

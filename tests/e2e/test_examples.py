@@ -99,29 +99,70 @@ def test_the_stock_trl_example_passes_activation_checkpointing_under_the_name_gr
     assert args.gradient_checkpointing is False
 
 
-@runs_readme_command(
-    "python benchmarks/env_throughput.py --gsm8k ../shared/data/gsm8k/test.jsonl --workers 2 "
-    "--json benchmarks/results/env_throughput.json"
-)
-def test_env_throughput_benchmark(readme, tmp_path, gsm8k_sample):
-    result_file = tmp_path / "bench.json"
-    command = readme_command(
-        readme, {"--gsm8k": str(gsm8k_sample), "--json": str(result_file)},
-        ["--arith-episodes", "50", "--vector-steps", "20", "--python-episodes", "1", "--repeats", "1"],
-    )  # fmt: skip
-    out = run_script(*command.argv[1:])
-    results = json.loads(result_file.read_text())
+BASELINE_REVISION = "8760f1c"
+"""The revision of this repository (in the history of a fresh clone) whose envs the documented benchmark times."""
+SMALL_THROUGHPUT = ["--arith-episodes", "20", "--vector-steps", "20", "--python-episodes", "1", "--repeats", "1"]
+"""The env throughput benchmark's sizes in the tests."""
+
+
+def assert_env_throughput_results(results: dict, out: str) -> None:
+    """What any run of ``benchmarks/env_throughput.py`` with :data:`SMALL_THROUGHPUT` and a GSM8K file gives."""
     assert set(results) == {"Arith-Calc (hard)", "GSM8K-Calc", "Arith, python tool"}
     assert results["GSM8K-Calc"]["single"]["golden_solved"] == 1.0
     assert results["GSM8K-Calc"]["calculator_matches_annotation"] == 1.0
     arith = results["Arith-Calc (hard)"]
     rates = arith["single"]
-    assert arith["episodes"] == 50  # --arith-episodes
+    assert arith["episodes"] == 20  # --arith-episodes
     # a golden episode is one env step per calculator call (one per annotation) plus the final answer
     assert rates["env_steps_per_s"] == pytest.approx(rates["calculator_calls_per_s"] + rates["episodes_per_s"])
     calls_per_episode = rates["calculator_calls_per_s"] / rates["episodes_per_s"]
     assert calls_per_episode == pytest.approx(arith["annotations"] / arith["episodes"])
+    assert all(result["single_cpu_us_per_step"] > 0 for result in results.values())
     assert "env steps/s" in out
+
+
+def test_env_throughput_benchmark(tmp_path, gsm8k_sample):
+    result_file = tmp_path / "bench.json"
+    out = run_script(
+        "benchmarks/env_throughput.py", "--gsm8k", str(gsm8k_sample), "--json", str(result_file), *SMALL_THROUGHPUT
+    )
+    results = json.loads(result_file.read_text())
+    assert_env_throughput_results(results, out)
+    assert not any("side_by_side" in result for result in results.values())
+
+
+@pytest.mark.slow  # 6 more interpreters (each side of each run): about 45 s in all
+@runs_readme_command(
+    "python benchmarks/env_throughput.py --gsm8k ../shared/data/gsm8k/test.jsonl --workers 2 --baseline-rev 8760f1c "
+    "--json benchmarks/results/env_throughput.json"
+)
+def test_env_throughput_benchmark_side_by_side_with_a_revision(readme, tmp_path, gsm8k_sample):
+    result_file = tmp_path / "bench.json"
+    command = readme_command(
+        readme, {"--gsm8k": str(gsm8k_sample), "--json": str(result_file)}, [*SMALL_THROUGHPUT, "--ab-rounds", "1"]
+    )
+    out = run_script(*command.argv[1:])
+    results = json.loads(result_file.read_text())
+    assert_env_throughput_results(results, out)
+    for result in results.values():  # each run timed side by side with the revision, one round
+        side = result["side_by_side"]
+        assert side["revision"] == BASELINE_REVISION and side["rounds"] == 1
+        assert side["transcripts_identical"] and side["golden_solved"] == {"current": 1.0, "baseline": 1.0}
+        sides = ("current_steps_per_s", "baseline_steps_per_s", "current_cpu_us_per_step", "baseline_cpu_us_per_step")
+        assert all(len(side[key]) == 1 and side[key][0] > 0 for key in sides)
+        ratio = side["current_steps_per_s"][0] / side["baseline_steps_per_s"][0]
+        assert side["ratio"] == pytest.approx({"min": ratio, "median": ratio, "max": ratio})
+    assert out.count(f"one env vs {BASELINE_REVISION}") == 3 and "transcripts identical: NO" not in out
+
+
+def test_env_throughput_names_a_revision_it_cannot_find():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/env_throughput.py", "--arith-episodes", "2", "--vector-steps", "2",
+         "--python-episodes", "0", "--repeats", "1", "--baseline-rev", "no-such-revision"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith("--baseline-rev no-such-revision: git archive failed")
 
 
 def assert_steps_follow_the_gold_paths(result: dict) -> None:

@@ -1,4 +1,6 @@
 import json
+import os
+import re
 
 import pytest
 
@@ -120,3 +122,42 @@ def test_tool_calls_parser_writes_openai_messages():
     assert message["role"] == "assistant"
     assert message["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": "2+2"}}
     json.dumps(message)  # serialisable
+
+
+HERMES_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+"""What the hermes parser's ``str.find`` scan must find: the regular expression it replaced."""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "no call",
+        "<tool_call>",
+        "</tool_call>",
+        "a<tool_call>b</tool_call>c<tool_call>d</tool_call>e",
+        "a<tool_call>b<tool_call>c</tool_call>d</tool_call>e",
+        "<tool_call></tool_call><tool_call></tool_call>",
+        "x<tool_call>left open\n</tool_call",
+        "<tool_call<tool_call>>tool_call></tool_call>>",
+        *(action for action in HOSTILE_ACTIONS if isinstance(action, str)),
+    ],
+)
+def test_hermes_finds_the_blocks_and_the_text_outside_them_as_its_regular_expression_did(text):
+    bodies, outside = get_parser("hermes")._blocks(text)
+    assert bodies == [match.group(1) for match in HERMES_BLOCK.finditer(text)]
+    assert outside == HERMES_BLOCK.sub("", text)
+
+
+def test_a_forked_child_draws_other_call_ids_than_its_parent():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id, then out without running pytest's exit handlers
+        os.write(write, ToolCall("calculator", {}).id.encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    parent = ToolCall("calculator", {}).id  # the id the child would have drawn, had it kept the parent's state
+    assert re.fullmatch(r"call_[0-9a-f]{12}", child) and child != parent

@@ -106,3 +106,28 @@ def test_a_row_an_episode_cannot_start_on_is_named_by_its_file_and_its_row_in_th
 def test_no_data_says_what_to_pass():
     with pytest.raises(AgentflyError, match="data_files="):
         gym.make("agentfly/Files")
+
+
+@pytest.mark.parametrize(
+    ("rows", "python"),
+    [
+        ([{"question": "What is 6*7?", "answer": "42", "level": 3}, {"question": "And 2+2?", "answer": "4"}], True),
+        ([{"question": "What is 6*7?", "answer": "42", "tags": ["easy", "mult"]}, {"question": "2+2?", "answer": "4"}],
+         False),
+    ],
+    ids=["scalar columns", "a list column"],
+)  # fmt: skip
+def test_rows_are_what_datasets_gives_whether_or_not_they_are_kept_as_python_rows(rows, python, tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(rows))
+    tasks = gym.make("agentfly/Files", data_files=str(path)).unwrapped.tasks
+    dataset = tasks._rows
+    assert [tasks.row(index) for index in range(len(tasks))] == [
+        {key: value for key, value in dataset[index].items() if value is not None} for index in range(len(tasks))
+    ]
+    assert "level" not in tasks.row(1) and "tags" not in tasks.row(1)  # datasets' None for a field a row lacks
+    assert (tasks._python is not None) is python
+    first = tasks.row(0)
+    first["answer"] = "changed"
+    first.get("tags", []).append("changed")
+    assert tasks.row(0) == {key: value for key, value in rows[0].items()}  # each row() is a copy of its own
