@@ -137,6 +137,9 @@ def test_env_throughput_benchmark(tmp_path, gsm8k_sample):
     "--json benchmarks/results/env_throughput.json"
 )
 def test_env_throughput_benchmark_side_by_side_with_a_revision(readme, tmp_path, gsm8k_sample):
+    history = subprocess.run(["git", "cat-file", "-e", f"{BASELINE_REVISION}^{{commit}}"], cwd=REPO_ROOT, check=False)
+    if history.returncode != 0:
+        pytest.skip(f"{BASELINE_REVISION} is not in this clone's history (a shallow clone): git fetch --unshallow")
     result_file = tmp_path / "bench.json"
     command = readme_command(
         readme, {"--gsm8k": str(gsm8k_sample), "--json": str(result_file)}, [*SMALL_THROUGHPUT, "--ab-rounds", "1"]
