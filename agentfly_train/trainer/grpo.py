@@ -375,7 +375,8 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             weights=weights,
         )
         entropy = agg_loss(entropies, mask, rl.actor.loss_agg_mode, denominator=denominator)
-        loss = pg_loss - rl.actor.entropy_coeff * entropy
+        # Without the bonus the entropy stays out of the graph: the fused head's backward then skips its gradient.
+        loss = pg_loss - rl.actor.entropy_coeff * entropy if rl.actor.entropy_coeff else pg_loss
         terms = {"actor/pg_loss": pg_loss, "actor/entropy": entropy}
         if kl is not None:
             terms["actor/kl_loss"] = agg_loss(kl, mask, rl.actor.loss_agg_mode, denominator=denominator)

