@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -228,14 +229,32 @@ def test_docs_world_example_runs_as_written(monkeypatch):
     assert namespace["info"]["reward_components"]["success"] == 1.0
 
 
+def _wait_until_stopped(pid: int) -> None:
+    """Waits until every thread of process ``pid`` is stopped (state ``T``): a SIGSTOP reaches each thread when it
+    next runs, and on a busy machine a JVM thread can still answer a call in between."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except OSError:  # the thread ended
+                continue
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop within 10 s")
+
+
 def test_a_hung_simulator_times_out_into_an_infrastructure_failure():
     env = gym.make("agentfly/TWX-Coin", tool_options={"act": {"timeout_s": 2}})
     env.reset(options={"index": 0})
     process = env.unwrapped.tools["act"]._worlds["textworld_express"]._jvm.process
     os.kill(process.pid, signal.SIGSTOP)  # the JVM this env launched stops answering
+    _wait_until_stopped(process.pid)
     start = time.monotonic()
     observation, reward, terminated, truncated, info = env.step(act("look around"))
-    assert 2 <= time.monotonic() - start < 12  # py4j tries twice
+    assert 2 <= time.monotonic() - start < 12, (observation, info)  # py4j tries twice
     assert observation.startswith("Error: the world stopped working") and truncated and not terminated
     assert reward == 0.0 and info["infra_failure"] == f"tool act: {observation.removeprefix('Error: ')}"
     assert process.poll() is not None  # killed, so the next reset launches a fresh one
