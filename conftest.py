@@ -14,6 +14,7 @@ import pytest
 NEEDS_EXTRA: dict[str, tuple[str, str]] = {
     "agentfly_envs/adapters/verl.py": ("verl", "verl"),
     "agentfly_envs/remote/server.py": ("openenv", "openenv"),
+    "agentfly_envs/remote/mcp_server.py": ("mcp", "mcp"),
     "agentfly_envs.tools.world.image_part": ("PIL", "web"),
     "agentfly_envs.worlds.miniwob.key_code": ("miniwob", "web"),
 }

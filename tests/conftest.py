@@ -17,9 +17,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-collect_ignore = ["helpers/fsdp_on_cpu"]
+collect_ignore = ["helpers/fsdp_on_cpu", "envs/tools/mcp_servers"]
 """Not collected for ``--doctest-modules``: a ``sitecustomize`` for the training processes the tests start, which
-patches Accelerate where it is imported."""
+patches Accelerate where it is imported, and the MCP servers the MCP tests start (scripts of the ``mcp`` extra)."""
 if TRAIN_EXTRA_MISSING:
     collect_ignore += ["helpers/red_or_blue.py", "helpers/scripted.py"]
 
