@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.helpers.paths import REPO_ROOT
@@ -96,3 +98,25 @@ def kill_actor(ray, actor, timeout: float = 60.0) -> None:
             return
         time.sleep(0.05)
     raise TimeoutError(f"the actor still answers {timeout:g} s after ray.kill")
+
+
+def stop_process(pid: int) -> None:
+    """Sends SIGSTOP to process ``pid`` and waits until every thread of it is stopped (state ``T``): the signal reaches
+    each thread when it next runs, and on a busy machine a thread can still answer a call in between.
+
+    Raises:
+        AssertionError: it did not stop within 10 s.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except OSError:  # the thread ended
+                continue
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop within 10 s")

@@ -22,6 +22,7 @@ from agentfly_envs.sandbox import ExecStatus, SandboxError, SandboxLimits, Sandb
 from agentfly_envs.tools.python_executor import describe
 from tests.envs.sandbox.runtime import runtime_dirs_in_tmp
 from tests.helpers.paths import REPO_ROOT
+from tests.helpers.processes import stop_process
 
 LIMITS = SandboxLimits(timeout_s=5.0, cpu_s=1, memory_bytes=256 << 20, disk_bytes=8 << 20)
 
@@ -229,7 +230,7 @@ def test_a_retired_fork_server_keeps_its_sessions(pool):
     with SandboxPool(LIMITS, workers=1, spares=0) as own, own.session() as healthy:
         healthy.run("x = 'kept'")
         server = own._fork_server.process
-        os.kill(server.pid, 19)  # SIGSTOP: it hangs
+        stop_process(server.pid)  # it hangs
         own._fork_server.control.settimeout(1.0)
         try:
             assert own.run("print(6 * 7)").output == "42\n"  # from a new fork server

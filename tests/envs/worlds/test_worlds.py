@@ -3,11 +3,8 @@ world rewards, a simulator that dies, and the errors of a machine without the pa
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -18,7 +15,7 @@ from agentfly_envs.registration import TWX_GAMES
 from agentfly_envs.worlds.textworld_express import SPLIT_SEEDS
 from tests.envs.golden import assert_golden_world_episode_wins
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.processes import world_error_in_fresh_process
+from tests.helpers.processes import stop_process, world_error_in_fresh_process
 from tests.helpers.skips import needs_textworld_express
 
 pytestmark = needs_textworld_express
@@ -229,29 +226,11 @@ def test_docs_world_example_runs_as_written(monkeypatch):
     assert namespace["info"]["reward_components"]["success"] == 1.0
 
 
-def _wait_until_stopped(pid: int) -> None:
-    """Waits until every thread of process ``pid`` is stopped (state ``T``): a SIGSTOP reaches each thread when it
-    next runs, and on a busy machine a JVM thread can still answer a call in between."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        states = []
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
-            except OSError:  # the thread ended
-                continue
-        if states and all(state in ("T", "t") for state in states):
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} did not stop within 10 s")
-
-
 def test_a_hung_simulator_times_out_into_an_infrastructure_failure():
     env = gym.make("agentfly/TWX-Coin", tool_options={"act": {"timeout_s": 2}})
     env.reset(options={"index": 0})
     process = env.unwrapped.tools["act"]._worlds["textworld_express"]._jvm.process
-    os.kill(process.pid, signal.SIGSTOP)  # the JVM this env launched stops answering
-    _wait_until_stopped(process.pid)
+    stop_process(process.pid)  # the JVM this env launched stops answering
     start = time.monotonic()
     observation, reward, terminated, truncated, info = env.step(act("look around"))
     assert 2 <= time.monotonic() - start < 12, (observation, info)  # py4j tries twice
