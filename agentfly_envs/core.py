@@ -357,7 +357,7 @@ class ToolEnv(gym.Env[Observation, Action]):
         episode.turn += 1
         episode.messages.append(_assistant_message(action))
 
-        errors_before = sum(episode.error_counts.values())
+        errors_before = sum(episode.error_counts.values()) if self.turn_reward_fn is not None else 0
         turn = self._run_turn(action, episode)
         outcome = self._outcome(turn, episode) if turn.infra_failure is None else _Outcome.lost_to(turn.infra_failure)
         text = "\n\n".join(message["content"] for message in turn.messages)

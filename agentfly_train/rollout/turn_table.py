@@ -20,7 +20,8 @@ class TurnTable:
         tokens: Per episode and slot, the turn's trained tokens (``env_mask = 1``; 0 for an excluded episode, whose
             rows train nothing, and for slots past its turns).
         rewards: Per episode and slot, the turn's reward (:attr:`Trajectory.turn_rewards`; 0 past its turns).
-        anchors: Per episode and slot, the turn's anchor state, :func:`context_key` of its context (0 past its turns).
+        anchors: Per episode and slot, the turn's anchor state, :func:`context_key` of its context (0 past its turns,
+            and everywhere in a table made without anchors).
         taken: Per episode and slot, whether the episode took that turn.
     """
 
@@ -37,13 +38,15 @@ def context_key(context: Sequence[int]) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
-def turn_table(trajectories: Sequence[Trajectory], width: int) -> TurnTable:
-    """The turns of ``trajectories`` in ``width`` slots each (the turn budget; turns past it are left out)."""
+def turn_table(trajectories: Sequence[Trajectory], width: int, anchors: bool = True) -> TurnTable:
+    """The turns of ``trajectories`` in ``width`` slots each (the turn budget; turns past it are left out), with
+    their anchor states where ``anchors`` (hashing every turn's context costs time in long episodes: only an
+    estimator that credits turns reads them)."""
     table = TurnTable([], [], [], [])
     for t in trajectories:
         spans, pad = t.turn_spans[:width], [0] * (width - min(len(t.turn_spans), width))
         table.tokens.append([0 if t.excluded else sum(t.env_mask[s.start : s.end]) for s in spans] + pad)
         table.rewards.append([*t.turn_rewards[:width], *[0.0] * (width - len(t.turn_rewards[:width]))])
-        table.anchors.append([context_key(span.context) for span in spans] + pad)
+        table.anchors.append([context_key(span.context) if anchors else 0 for span in spans] + pad)
         table.taken.append([True] * len(spans) + [False] * len(pad))
     return table

@@ -144,7 +144,6 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         self.log_val_generations = log_val_generations
         self.log_train_generations = log_train_generations
         self._batch_tasks: list[dict[str, Any]] = []
-        self._batch_rewards: list[float] = []
         self._batch_baselines: list[float] = []
         self._batch_excluded: list[float] = []  # 1.0 per episode of the batch that ended on an infrastructure failure
         self._batch_turns = TurnTable([], [], [], [])  # the batch's turns: tokens, rewards, anchor states

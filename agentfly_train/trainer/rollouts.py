@@ -64,9 +64,8 @@ class RolloutMixin:
             self.record_metrics(self.schedule.metrics())
         else:
             trajectories = self.schedule.run(self, self._batch_tasks, self.agent.val_params)
-        self._batch_rewards = [t.reward for t in trajectories]
         self._batch_excluded = [float(t.excluded) for t in trajectories]
-        self._batch_turns = turn_table(trajectories, self.agent.budgets.max_turns)
+        self._batch_turns = turn_table(trajectories, self.agent.budgets.max_turns, self.estimator.credits_turns)
         if mode == "train":
             self._note_failures(trajectories)  # before the circuit breaker may stop the run
             self._stop_on_failing_infrastructure(trajectories)

@@ -320,7 +320,7 @@ def test_dropped_reasoning_trains_each_turn_as_a_row_with_its_episodes_advantage
     assert turns == 2  # LEARNING_TASKS' max_turns
     inputs = trainer._generate_and_score_completions(_generation_batch(trainer))  # before TRL shuffles the rows
     mask = loss_mask(inputs)  # (episodes * turns, T)
-    rewards = torch.tensor(trainer._batch_rewards)  # (episodes,)
+    rewards = torch.tensor(trainer._batch_turns.rewards).sum(dim=1)  # (episodes,): each episode's return
     assert mask.shape[0] == len(rewards) * turns == 16
     assert mask[1::turns].sum(dim=1).gt(0).any(), "no episode took a second turn"
     groups = rewards.view(-1, trainer.num_generations)  # GRPO over each prompt's episodes
@@ -345,7 +345,7 @@ def test_an_excluded_episode_is_out_of_its_groups_baseline_and_a_thinned_group_i
 
     trainer = _trainer(warm_policy, tmp_path)
     output = trainer._generate_and_score_completions(_generation_batch(trainer))  # 2 groups of 4, before shuffling
-    rewards = torch.tensor(trainer._batch_rewards)
+    rewards = torch.tensor(trainer._batch_turns.rewards).sum(dim=1)  # (episodes,): each episode's return
     varied = next(g for g in range(2) if rewards[4 * g : 4 * g + 4].std() > 0)  # a group whose baseline matters
     first, other = 4 * varied, 4 * (1 - varied)
     excluded = [0.0] * 8
