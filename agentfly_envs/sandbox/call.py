@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-import select
 import threading
 import time
 
@@ -62,17 +61,18 @@ def run_call(
     request.update(timeout_s=timeout_s, cpu_s=limits.cpu_s)
     with slots:
         start = time.monotonic()  # the call's time counts from here: a wait for a free worker is not the code's
-        if not alive(process):  # killed while it waited (a spare): the code has not run, no crash of the agent's
+        cpu_before = cpu_seconds_if_alive(process)
+        if cpu_before is None:  # killed while it waited (a spare): the code has not run, no crash of the agent's
             raise Gone("the interpreter had died before the call")
         try:
             protocol.send(process.sock, request)
         except OSError as e:
             raise Gone(f"the interpreter had died ({e})") from None
         process.calls += 1
-        cpu_budget = cpu_seconds(process.pid) + limits.cpu_s + GRACE_S
+        cpu_budget = cpu_before + limits.cpu_s + GRACE_S
         reply, detail = _await_reply(process, request["id"], time.monotonic() + timeout_s + GRACE_S, cpu_budget)
     threads = threads_left(process.pid) if reply.answered else 0
-    processes = processes_left(process.pid) if reply.answered else 0
+    processes = processes_left(process.pid, threads) if reply.answered else 0
     seconds = time.monotonic() - start
     output = read_output(process.output_fd, limits.output_bytes)
     os.ftruncate(process.output_fd, 0)  # hold no output memory between calls
@@ -109,7 +109,7 @@ def _await_reply(process: SessionProcess, request_id: str, deadline: float, cpu_
     try:
         while True:
             wait = min(deadline - time.monotonic(), CPU_CHECK_S)
-            if wait > 0 and not select.select([process.sock], [], [], wait)[0]:
+            if wait > 0 and not protocol.wait_readable(process.sock, wait):
                 if cpu_seconds(process.pid) > cpu_budget:
                     return Reply.CPU_KILLED, "it used up its CPU time and did not stop"
                 continue
@@ -122,35 +122,44 @@ def _await_reply(process: SessionProcess, request_id: str, deadline: float, cpu_
         return Reply.CRASHED, f"the interpreter died ({e})"
 
 
-def alive(process: SessionProcess) -> bool:
-    """Whether the session's guard and interpreter both still run (read from the host: the guard's pidfd turns
-    readable when it exits; the interpreter's ``/proc`` state is not a zombie's)."""
-    if select.select([process.pidfd], [], [], 0)[0]:
-        return False
+def cpu_seconds_if_alive(process: SessionProcess) -> float | None:
+    """The CPU time the session's interpreter has used, in seconds, or ``None`` when the session is gone: its guard
+    exited (its pidfd turns readable) or the interpreter is gone or a zombie (read from the host's ``/proc``)."""
+    if protocol.wait_readable(process.pidfd, 0):
+        return None
+    fields = _stat_fields(process.pid)
+    if fields is None or fields[0] in (b"Z", b"X"):
+        return None
+    return _cpu_seconds(fields)
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (``[0]`` is the state), or ``None`` if ``pid`` is
+    gone."""
     try:
-        with open(f"/proc/{process.pid}/stat", "rb") as file:
-            state = file.read().rpartition(b")")[2].split()[0]
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return file.read().rpartition(b")")[2].split()
     except FileNotFoundError:
-        return False
-    return state not in (b"Z", b"X")
+        return None
+
+
+def _cpu_seconds(fields: list[bytes]) -> float:
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime + stime
 
 
 def cpu_seconds(pid: int) -> float:
     """CPU time the session's interpreter ``pid`` (all its threads) has used, in seconds; 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            fields = file.read().rpartition(b")")[2].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime + stime
+    fields = _stat_fields(pid)
+    return 0.0 if fields is None else _cpu_seconds(fields)
 
 
-def processes_left(pid: int) -> int:
+def processes_left(pid: int, threads: int | None = None) -> int:
     """How many child processes the session's interpreter ``pid`` still has after a call, read from the host's
     ``/proc`` (the sweep that ends them runs inside the session, where the code could switch it off; a process whose
-    parent died is the interpreter's child, as pid 1 of its namespace); 0 if the interpreter is gone."""
+    parent died is the interpreter's child, as pid 1 of its namespace); 0 if the interpreter is gone. ``threads=0``
+    (:func:`threads_left` just found the main thread alone) reads only the main thread's children."""
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
+        tasks = [str(pid)] if threads == 0 else os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
         return 0
     children: set[str] = set()

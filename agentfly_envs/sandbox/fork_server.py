@@ -11,6 +11,7 @@ import collections
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 import weakref
 from dataclasses import asdict
 from pathlib import Path
@@ -31,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 60.0
 """How long the fork server and a new session may take to start, in seconds."""
+REMOVAL_RETRY_S = 1.0
+"""How long a dead fork server's directory that is not empty yet is tried again, in seconds."""
 TOO_MANY_FILES = (errno.EMFILE, errno.ENFILE)
 """The errnos of a process out of file descriptors (its limit, not a failed fork server)."""
 
@@ -169,8 +173,7 @@ class ForkServerHandle:
         output_fd = os.memfd_create("agentfly-sandbox-output")
         try:
             fcntl.fcntl(output_fd, fcntl.F_SETFL, fcntl.fcntl(output_fd, fcntl.F_GETFL) | os.O_APPEND)
-            message = {"op": "spawn", "limits": asdict(limits)}
-            protocol.send_control(self.control, message, [theirs.fileno(), output_fd])
+            protocol.send_control(self.control, _spawn_request(limits), [theirs.fileno(), output_fd])
         except BaseException:
             ours.close()
             os.close(output_fd)
@@ -205,7 +208,7 @@ class ForkServerHandle:
         for server, root in [(server, root) for server, root in self._retired if server.poll() is not None]:
             self._retired.remove((server, root))
             if os.path.exists(root):  # it died before it cleaned up
-                shutil.rmtree(root, onerror=_warn_not_removed)
+                _remove_directory(root)
         if retire and self.process is not None and self.process.poll() is None:
             self._retired.append((self.process, self.root))
             self.process, self.root = None, ""
@@ -223,7 +226,7 @@ class ForkServerHandle:
             self.control.close()  # a retired fork server reads end of file
             self.control = None
         if self.root and os.path.exists(self.root):  # the fork server died before it cleaned up
-            shutil.rmtree(self.root, onerror=_warn_not_removed)
+            _remove_directory(self.root)
         self.root = ""
 
     def close(self) -> None:
@@ -232,7 +235,7 @@ class ForkServerHandle:
         for server, root in self._retired:
             server.kill()
             server.wait()
-            shutil.rmtree(root, onerror=_warn_not_removed)
+            _remove_directory(root)
         self._retired.clear()
 
     def forget_after_fork(self) -> None:
@@ -245,6 +248,30 @@ class ForkServerHandle:
         self._pending.clear()
         self._retired = []
         self.control, self.process = None, None
+
+
+@functools.lru_cache(maxsize=8)
+def _spawn_request(limits: SandboxLimits) -> dict[str, Any]:
+    """The fork server's request for a session under ``limits`` (the same few limits for a pool's life)."""
+    return {"op": "spawn", "limits": asdict(limits)}
+
+
+def _remove_directory(root: str) -> None:
+    """Removes a fork server's directory of work dirs. Its sessions may still be dying and writing into it (each
+    learns of its guard's death by a signal), so a directory that is not empty yet is tried again for up to
+    :data:`REMOVAL_RETRY_S`; what still cannot be removed is logged."""
+    deadline = time.monotonic() + REMOVAL_RETRY_S
+    while True:
+        try:
+            shutil.rmtree(root)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY or time.monotonic() > deadline:
+                shutil.rmtree(root, onerror=_warn_not_removed)
+                return
+        time.sleep(0.02)
 
 
 def _warn_not_removed(function: Any, path: str, excinfo: Any) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import enum
 import json
+import math
+import select
 import socket
 import struct
 import time
@@ -118,25 +120,31 @@ def receive(sock: socket.socket, deadline: float | None = None, max_bytes: int =
 
 
 def _read_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+    """``size`` bytes of the blocking stream socket ``sock``; with a ``deadline``, each read that would block waits
+    in :func:`wait_readable` first (no timeout mode on the socket: switching it costs two system calls a read)."""
     buffer = bytearray()
+    flags = 0 if deadline is None else socket.MSG_DONTWAIT
     while len(buffer) < size:
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("no message before the deadline")
-            sock.settimeout(remaining)
         try:
-            chunk = sock.recv(min(size - len(buffer), 1 << 20))
-        except TimeoutError:
-            raise
+            chunk = sock.recv(min(size - len(buffer), 1 << 20), flags)
+        except BlockingIOError:
+            if not wait_readable(sock, deadline - time.monotonic()):
+                raise TimeoutError("no message before the deadline") from None
+            continue
         except OSError as e:
             raise ProtocolError(f"connection failed: {e}") from None
-        finally:
-            sock.settimeout(None)
         if not chunk:
             raise ProtocolError("the peer closed the connection")
         buffer += chunk
     return bytes(buffer)
+
+
+def wait_readable(file: socket.socket | int, timeout_s: float) -> bool:
+    """Whether ``file`` (a socket or a file descriptor, of any number: ``poll``, not ``select``) turns readable (or
+    reaches its end) within ``timeout_s`` seconds; ``False`` at once for ``timeout_s <= 0`` unless it already is."""
+    poller = select.poll()
+    poller.register(file, select.POLLIN)
+    return bool(poller.poll(max(0, math.ceil(timeout_s * 1000))))
 
 
 def send_control(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:

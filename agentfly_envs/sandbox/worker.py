@@ -25,7 +25,6 @@ import faulthandler
 import json
 import os
 import resource
-import select
 import shutil
 import signal
 import socket
@@ -207,7 +206,7 @@ class ForkServer:
         """Answers spawn requests until the pool says ``shutdown`` (returns ``True``: kill the sessions) or
         closes the socket (returns ``False``: the pool retired this server; its sessions live on)."""
         while True:
-            readable, _, _ = select.select([self.control], [], [], 0.2)
+            readable = protocol.wait_readable(self.control, 0.2)
             self._reap(block=False)
             if not readable:
                 continue

@@ -217,3 +217,24 @@ def test_pool_arguments_are_validated():
         SandboxPool(isolation="docker")
     with pytest.raises(ValueError, match="workers and max_sessions must be >= 1"):
         SandboxPool(workers=0)
+
+
+def test_sessions_whose_descriptors_are_numbered_past_1024_run_and_time_out(pool):
+    """A process serving a thousand sessions holds descriptors numbered past 1,024, where ``select()`` refuses
+    them: the pool waits on its sockets and pidfds with ``poll()``."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"needs 2,048 open files (hard limit {hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with SandboxPool(SandboxLimits(timeout_s=0.5), workers=1, spares=0) as high:
+            assert high.run("print(6 * 7)").output == "42\n"
+            slept = high.run("import time\ntime.sleep(5)")
+            assert slept.status is ExecStatus.TIMEOUT, slept
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
