@@ -75,9 +75,8 @@ class JudgeClient:
         self.calls = self.cache_hits = self.failures = 0
         self.seconds = 0.0
         self._cache: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="judge", daemon=True)
-        self._thread.start()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._client: Any = None
         self._slots: asyncio.Semaphore | None = None
 
@@ -96,7 +95,9 @@ class JudgeClient:
         try:
             served = [model.id for model in (await self._openai().models.list(timeout=10)).data]
         except openai.OpenAIError as error:
-            raise JudgeUnavailableError(f"the judge at {url} does not answer ({type(error).__name__}); {START_HINT}")
+            raise JudgeUnavailableError(
+                f"the judge at {url} does not answer ({type(error).__name__}); {START_HINT}"
+            ) from None
         model = self.settings.model or (served[0] if served else None)
         if model not in served:
             raise JudgeUnavailableError(f"the judge at {url} does not serve model {model!r} (it serves {served})")
@@ -105,6 +106,10 @@ class JudgeClient:
 
     def submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         """Runs ``coroutine`` (e.g. one of :meth:`ask`) on the judge's loop; its result comes back in the future."""
+        if self._loop is None:  # started at the first request: a client that only checked settings starts nothing
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, name="judge", daemon=True)
+            self._thread.start()
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -181,7 +186,10 @@ class JudgeClient:
 
     def close(self) -> None:
         """Closes the connections and stops the loop's thread."""
+        if self._loop is None:
+            return
         if self._client is not None:
             self.run(self._client.close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        self._loop = self._client = None

@@ -78,9 +78,7 @@ description='Kind words.', weight=1.0))
 
 def _read_yaml(path: str, key: str) -> Any:
     if not path.endswith((".yaml", ".yml")):
-        raise JudgeConfigError(
-            f"{key}={path!r} is neither a registered rubric ({', '.join(RUBRICS)}) nor a .yaml file"
-        )
+        raise JudgeConfigError(f"{key}={path!r} is neither a registered rubric ({', '.join(RUBRICS)}) nor a .yaml file")
     import yaml
 
     try:

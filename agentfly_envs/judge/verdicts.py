@@ -123,8 +123,10 @@ class RubricJudge(Judge):
     def __init__(self, client: JudgeClient, template: str | None = None, rubric: RubricSpec | None = None) -> None:
         super().__init__(client, template)
         if rubric is None:
-            raise JudgeConfigError("reward_name=rubric needs reward.judge.rubric: a list of {name, description, "
-                                   "weight}, a .yaml file of one, or a registered rubric (helpful_correct)")  # fmt: skip
+            raise JudgeConfigError(
+                "reward_name=rubric needs reward.judge.rubric: a list of {name, description, weight}, a .yaml file "
+                "of one, or a registered rubric (helpful_correct)"
+            )
         self.criteria: tuple[Criterion, ...] = load_rubric(rubric)
         overhead = 40 + sum(len(criterion.name) + 8 for criterion in self.criteria)
         self.schema = {
@@ -176,9 +178,13 @@ class GroupJudge(Judge):
             "type": "object",
             "properties": {
                 "reasoning": reasoning_schema(self.client.settings.max_tokens, 40 + 4 * count),
-                "ranking": {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": count},
-                            "minItems": count, "maxItems": count},
-            },  # fmt: skip
+                "ranking": {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 1, "maximum": count},
+                    "minItems": count,
+                    "maxItems": count,
+                },
+            },
             "required": ["reasoning", "ranking"],
             "additionalProperties": False,
         }
