@@ -1,4 +1,5 @@
-"""The judge's client: an OpenAI-compatible chat endpoint (a vLLM server) asked for JSON that a schema constrains.
+"""The judge's client: an OpenAI-compatible chat endpoint (a vLLM server) asked for JSON that a regular expression
+constrains (vLLM's structured outputs).
 
 Requests go out concurrently from one event loop on a background thread (:meth:`JudgeClient.submit` returns a
 ``concurrent.futures.Future``, so the rollout can go on while the judge works); the server batches them. Each
@@ -7,8 +8,8 @@ judged twice. Each request has a timeout and is retried; a judge that stays down
 :class:`JudgeUnavailableError`, an :class:`~agentfly_envs.errors.InfrastructureError`: the episode it was to score is
 left out of training, never scored 0. Needs the ``judge`` extra (the ``openai`` SDK).
 
-vLLM (0.10 and later) constrains the output with ``structured_outputs: {json: schema}`` in the request's body; any
-whitespace between JSON tokens is disallowed, so a small judge cannot spend its tokens on blanks.
+vLLM (0.10 and later) constrains the output with ``structured_outputs: {regex: pattern}`` in the request's body
+(:mod:`agentfly_envs.judge.verdicts` says why a regular expression and not a JSON schema).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -116,25 +117,25 @@ class JudgeClient:
         """Runs ``coroutine`` on the judge's loop and waits for its result."""
         return self.submit(coroutine).result()
 
-    async def ask(self, prompt: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-        """The judge's JSON answer to ``prompt`` (one user message), constrained to ``schema``.
+    async def ask(self, prompt: str, pattern: str) -> dict[str, Any]:
+        """The judge's JSON answer to ``prompt`` (one user message), its text constrained to match ``pattern``.
 
         Raises:
             JudgeUnavailableError: every try failed, timed out or gave no JSON object.
         """
-        key = hashlib.sha256(json.dumps([self.model, prompt, schema], sort_keys=True).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps([self.model, prompt, pattern]).encode()).hexdigest()
         if key in self._cache:
             self.cache_hits += 1
             self._cache.move_to_end(key)
             return self._cache[key]
-        answer = await self._ask_with_retries(prompt, schema)
+        answer = await self._ask_with_retries(prompt, pattern)
         if self.settings.cache_size:
             self._cache[key] = answer
             while len(self._cache) > self.settings.cache_size:
                 self._cache.popitem(last=False)
         return answer
 
-    async def _ask_with_retries(self, prompt: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    async def _ask_with_retries(self, prompt: str, pattern: str) -> dict[str, Any]:
         import openai
 
         failure = ""
@@ -144,8 +145,8 @@ class JudgeClient:
             start = time.perf_counter()
             try:
                 async with self._semaphore():
-                    text = await self._complete(prompt, schema)
-                answer = json.loads(text, strict=False)  # a small judge may write control characters in a string
+                    text = await self._complete(prompt, pattern)
+                answer = json.loads(text)
                 if not isinstance(answer, dict):
                     raise ValueError(f"the judge wrote {type(answer).__name__}, not a JSON object")
             except (openai.OpenAIError, ValueError) as error:
@@ -159,13 +160,13 @@ class JudgeClient:
             f"the judge at {self.settings.url} failed {self.settings.retries + 1} tries ({failure})"[:300]
         )
 
-    async def _complete(self, prompt: str, schema: Mapping[str, Any]) -> str:
+    async def _complete(self, prompt: str, pattern: str) -> str:
         response = await self._openai().chat.completions.create(
             model=self.model or "",
             messages=[{"role": "user", "content": prompt}],
             max_tokens=self.settings.max_tokens,
             temperature=self.settings.temperature,
-            extra_body={"structured_outputs": {"json": dict(schema), "disable_any_whitespace": True}},
+            extra_body={"structured_outputs": {"regex": pattern}},
         )
         return response.choices[0].message.content or ""
 

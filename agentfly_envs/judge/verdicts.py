@@ -1,6 +1,12 @@
-"""The three ways of judging: one episode's answer (``judge``), a rubric's criteria (``rubric``), and a group's
-answers against each other (``group_rank``, RULER-style). Each asks the judge for JSON of a fixed schema and maps its
-integer scores (0 to :data:`SCALE`) to a reward in [0, 1], keeping the judge's reasoning.
+"""The three ways of judging: one episode's answer (``judge``), a rubric's criteria (``rubric``), and a group's answers
+against each other (``group_rank``, RULER-style). Each asks the judge for JSON of a fixed shape and maps its integer
+scores (0 to :data:`SCALE`) to a reward in [0, 1], keeping the judge's reasoning.
+
+The shape is given to vLLM's structured outputs as a regular expression of the JSON text (``structured_outputs:
+{regex: ...}``), not as a JSON schema: in vLLM 0.32 the switch that keeps whitespace out of schema-constrained JSON is
+a server-wide setting, and a small greedy judge then writes newlines between the keys until ``max_tokens`` cuts its
+answer. The expression has no room for whitespace, its reasoning is a string short enough to fit in ``max_tokens``
+however it tokenises, and its scores are integers in range: every answer parses.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ TOKENS_PER_CHAR = 4
 """Most tokens one character can take (a byte-level BPE writes a 4-byte character as up to 4 tokens)."""
 MIN_REASONING_CHARS = 16
 """Shortest reasoning room the judge's ``max_tokens`` must leave, in characters."""
-_SCORE = {"type": "integer", "minimum": 0, "maximum": SCALE}
+SCORE = "(" + "|".join(str(n) for n in range(SCALE, -1, -1)) + ")"
+"""An integer score of 0..SCALE, as a regular expression."""
 
 
 @dataclass(frozen=True)
@@ -50,24 +57,30 @@ class Verdict:
     reasoning: str = ""
 
 
-def reasoning_schema(max_tokens: int, overhead: int) -> dict[str, Any]:
-    """The schema of the judge's ``reasoning``: a string short enough that the whole answer fits in ``max_tokens``
-    tokens however the characters tokenise (``overhead`` tokens are kept for the rest of the JSON), so the answer is
-    never cut and always parses.
+def reasoning_pattern(max_tokens: int, overhead: int) -> str:
+    r"""The regular expression of the judge's ``"reasoning":"..."`` member: a JSON string without escapes or control
+    characters, short enough that the whole answer fits in ``max_tokens`` tokens however its characters tokenise
+    (``overhead`` tokens are kept for the rest of the JSON), so the answer is never cut.
 
     Raises:
         JudgeConfigError: ``max_tokens`` leaves less than :data:`MIN_REASONING_CHARS` characters.
 
     Example:
-        >>> reasoning_schema(1024, 40)
-        {'type': 'string', 'maxLength': 246}
+        >>> print(reasoning_pattern(1024, 40))
+        "reasoning":"[^"\\\x00-\x1f]{0,246}"
     """
     chars = (max_tokens - overhead) // TOKENS_PER_CHAR
     if chars < MIN_REASONING_CHARS:
         least = overhead + MIN_REASONING_CHARS * TOKENS_PER_CHAR
-        raise JudgeConfigError(f"reward.judge.max_tokens={max_tokens} leaves the judge no room to reason; give it "
-                               f"at least {least}")  # fmt: skip
-    return {"type": "string", "maxLength": chars}
+        raise JudgeConfigError(
+            f"reward.judge.max_tokens={max_tokens} leaves the judge no room to reason; give it at least {least}"
+        )
+    return r'"reasoning":"[^"\\\x00-\x1f]{0,' + str(chars) + r'}"'
+
+
+def _object(*members: str) -> str:
+    """The regular expression of a JSON object with ``members`` (each a member's expression), in order, no spaces."""
+    return r"\{" + ",".join(members) + r"\}"
 
 
 class Judge(ABC):
@@ -98,18 +111,14 @@ class EpisodeJudge(Judge):
 
     def __init__(self, client: JudgeClient, template: str | None = None) -> None:
         super().__init__(client, template)
-        self.schema = {
-            "type": "object",
-            "properties": {"reasoning": reasoning_schema(client.settings.max_tokens, 40), "score": _SCORE},
-            "required": ["reasoning", "score"],
-            "additionalProperties": False,
-        }
+        self.pattern = _object(reasoning_pattern(client.settings.max_tokens, 40), f'"score":{SCORE}')
+        """The answer's JSON as a regular expression: ``{"reasoning":"...","score":N}``."""
 
     async def judge_group(self, episodes: Sequence[JudgedEpisode]) -> list[Verdict]:
         return list(await asyncio.gather(*(self._judge(episode) for episode in episodes)))
 
     async def _judge(self, episode: JudgedEpisode) -> Verdict:
-        answer = await self.client.ask(self.template.format(**vars(episode)), self.schema)
+        answer = await self.client.ask(self.template.format(**vars(episode)), self.pattern)
         score = _scaled(answer, "score")
         return Verdict(score, {"judge/score": score}, str(answer.get("reasoning", "")))
 
@@ -129,27 +138,16 @@ class RubricJudge(Judge):
             )
         self.criteria: tuple[Criterion, ...] = load_rubric(rubric)
         overhead = 40 + sum(len(criterion.name) + 8 for criterion in self.criteria)
-        self.schema = {
-            "type": "object",
-            "properties": {
-                "reasoning": reasoning_schema(client.settings.max_tokens, overhead),
-                "scores": {
-                    "type": "object",
-                    "properties": {criterion.name: _SCORE for criterion in self.criteria},
-                    "required": [criterion.name for criterion in self.criteria],
-                    "additionalProperties": False,
-                },
-            },
-            "required": ["reasoning", "scores"],
-            "additionalProperties": False,
-        }
+        scores = _object(*(f'"{criterion.name}":{SCORE}' for criterion in self.criteria))
+        self.pattern = _object(reasoning_pattern(client.settings.max_tokens, overhead), f'"scores":{scores}')
+        """The answer's JSON as a regular expression: ``{"reasoning":"...","scores":{"<criterion>":N,...}}``."""
 
     async def judge_group(self, episodes: Sequence[JudgedEpisode]) -> list[Verdict]:
         return list(await asyncio.gather(*(self._judge(episode) for episode in episodes)))
 
     async def _judge(self, episode: JudgedEpisode) -> Verdict:
         prompt = f"{self.template.format(**vars(episode))}\n\n{rubric_text(self.criteria)}"
-        answer = await self.client.ask(prompt, self.schema)
+        answer = await self.client.ask(prompt, self.pattern)
         scores = answer.get("scores")
         if not isinstance(scores, Mapping):
             raise JudgeUnavailableError(f"the judge's answer lacks its scores: {answer!r:.120}")
@@ -174,21 +172,10 @@ class GroupJudge(Judge):
 
     async def judge_group(self, episodes: Sequence[JudgedEpisode]) -> list[Verdict]:
         count = len(episodes)
-        schema = {
-            "type": "object",
-            "properties": {
-                "reasoning": reasoning_schema(self.client.settings.max_tokens, 40 + 4 * count),
-                "ranking": {
-                    "type": "array",
-                    "items": {"type": "integer", "minimum": 1, "maximum": count},
-                    "minItems": count,
-                    "maxItems": count,
-                },
-            },
-            "required": ["reasoning", "ranking"],
-            "additionalProperties": False,
-        }
-        answer = await self.client.ask(render_group(self.template, episodes), schema)
+        number = "(" + "|".join(str(n) for n in range(count, 0, -1)) + ")"
+        reasoning = reasoning_pattern(self.client.settings.max_tokens, 40 + 4 * count)
+        pattern = _object(reasoning, rf'"ranking":\[{number}(,{number}){{{count - 1}}}\]')
+        answer = await self.client.ask(render_group(self.template, episodes), pattern)
         ranking = answer.get("ranking")
         if not isinstance(ranking, list):
             raise JudgeUnavailableError(f"the judge's answer lacks its ranking: {answer!r:.120}")

@@ -85,7 +85,7 @@ def apply_verdict(trajectory: Trajectory, verdict: Verdict) -> None:
     """
     rewards = trajectory.turn_rewards
     if rewards:
-        rewards[-1] += verdict.score - trajectory.outcome_reward
+        rewards[-1] = rewards[-1] - trajectory.outcome_reward + verdict.score
     else:
         rewards.append(verdict.score)
     trajectory.reward = float(sum(rewards))
