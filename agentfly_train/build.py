@@ -93,13 +93,20 @@ def judge_rewards(config: TrainConfig) -> JudgeRewards | None:
     to serve its model, or ``None``.
 
     Raises:
-        ConfigError: the judge does not answer at ``reward.judge.url`` or does not serve ``reward.judge.model``.
+        ConfigError: the ``judge`` extra is not installed, or the judge does not answer at ``reward.judge.url`` or
+            does not serve ``reward.judge.model``.
     """
+    import importlib.util
+
     from agentfly_envs.judge import JudgeUnavailableError
 
     judge = judge_of(config)
     if judge is None:
         return None
+    if importlib.util.find_spec("openai") is None:
+        raise ConfigError(
+            f"agent.reward_name={config.agent.reward_name} needs the OpenAI SDK: pip install -e '.[judge]'"
+        )
     try:
         judge.client.check()
     except JudgeUnavailableError as error:

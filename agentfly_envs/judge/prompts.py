@@ -22,9 +22,7 @@ GROUP_FIELDS = ("task", "reference", "answers", "count")
 REFERENCE_FIELDS = ("answer", "answers", "ground_truth", "solution", "target")
 """A task row's fields read as its reference answer, first found first (those of the generic task source)."""
 
-JUDGE_TEMPLATE = """You grade an AI assistant's answer to a task.
-
-Task:
+_EPISODE = """Task:
 {task}
 
 Reference answer (may be empty):
@@ -33,20 +31,14 @@ Reference answer (may be empty):
 The assistant's answer:
 {answer}
 
-Explain your grade in one or two sentences, then score the answer from 0 (wrong or useless) to 10 (correct and \
-complete). Reply with JSON."""
-RUBRIC_TEMPLATE = """You grade an AI assistant's answer to a task against each criterion of a rubric.
+"""
+JUDGE_TEMPLATE = f"""You grade an AI assistant's answer to a task.
 
-Task:
-{task}
+{_EPISODE}Explain your grade in one or two sentences, then score the answer from 0 (wrong or useless) to 10 (correct \
+and complete). Reply with JSON."""
+RUBRIC_TEMPLATE = f"""You grade an AI assistant's answer to a task against each criterion of a rubric.
 
-Reference answer (may be empty):
-{reference}
-
-The assistant's answer:
-{answer}
-
-Explain your grades in one or two sentences, then score each criterion from 0 (not met) to 10 (fully met). \
+{_EPISODE}Explain your grades in one or two sentences, then score each criterion from 0 (not met) to 10 (fully met). \
 Reply with JSON."""
 GROUP_TEMPLATE = """You compare {count} answers of AI assistants to one task and score each against the others.
 

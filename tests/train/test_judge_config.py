@@ -109,6 +109,7 @@ def test_a_rubric_file_is_read(tmp_path):
 
 
 def test_an_unreachable_judge_stops_the_start_up_with_one_line():
+    pytest.importorskip("openai", reason="the judge extra (openai) is not installed")
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ConfigError) as raised:
         judge_rewards(_config("agent.reward_name=judge", f"reward.judge.url={url}", "reward.judge.retries=0"))
