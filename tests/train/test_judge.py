@@ -19,6 +19,8 @@ from agentfly_train.__main__ import main
 from agentfly_train.callbacks import MetricsFile
 from agentfly_train.generation.vllm import vllm_available
 from agentfly_train.rollout import JudgeRewards, Trajectory
+from tests.helpers.processes import run_cli
+from tests.helpers.readme import readme_command, runs_readme_command
 from tests.helpers.vllm_server import Server
 
 pytest.importorskip("openai", reason="the judge extra (openai) is not installed")
@@ -110,7 +112,32 @@ def test_the_cache_serves_a_repeated_answer(server):
         assert cached.judge_reasoning == judged.judge_reasoning is not None
 
 
-def test_a_judged_run_reports_the_rubric_and_stops_with_one_line_when_the_judge_is_killed(server, tmp_path, capfd):
+@runs_readme_command(
+    "python benchmarks/judge_reward.py --episodes 8 64 --repeats 3 --json benchmarks/results/judge_reward.json"
+)
+def test_the_judge_benchmark_runs_small(server, tmp_path, readme):
+    figures = tmp_path / "judge_reward.json"
+    command = readme_command(
+        readme,
+        change={"--episodes": "4", "--repeats": "1", "--json": str(figures)},
+        add=["--url", server.url, "--model-dir", str(server.model_dir)],
+    )
+    done = run_cli(command.argv, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(figures.read_text())["summary"]["4"]
+    assert set(summary) == {"128", "1024"}
+    for row in summary.values():
+        assert row["rule_s"] > 0 and row["judge_s"] > 0 and row["judged_per_s"] > 0
+        assert row["added"] == pytest.approx(row["judge_s"] / row["rule_s"])
+
+
+@runs_readme_command(
+    "python -m agentfly_train --config quickstart agent.reward_name=rubric reward.judge.url=http://127.0.0.1:8000/v1 "
+    "reward.judge.rubric=helpful_correct"
+)
+def test_a_judged_run_reports_the_rubric_and_stops_with_one_line_when_the_judge_is_killed(
+    server, tmp_path, capfd, readme
+):
     """Two steps judged with a rubric (criteria in the metrics, reasoning in the samples); the judge is then killed:
     the next step's episodes are left out as infrastructure failures (never scored 0) and the run stops with one
     line after keeping its checkpoint."""
@@ -123,14 +150,16 @@ def test_a_judged_run_reports_the_rubric_and_stops_with_one_line_when_the_judge_
     deadline = time.monotonic() + 300
     killer = threading.Thread(target=kill_after_step_2, daemon=True)
     killer.start()
-    code = main([
-        "--config", "quickstart", "actor_rollout_ref.model.tiny_hidden_size=32", "sft.enable=false",
-        "data.train_batch_size=2", "agent.num_chains=2", "agent.max_tokens_per_turn=16",
-        "actor_rollout_ref.rollout.response_length=64", "data.val_size=0", "trainer.total_training_steps=4",
-        "trainer.save_freq=1", "trainer.log_train_generations=4", "agent.reward_name=rubric",
-        f"reward.judge.url={server.url}", "reward.judge.rubric=helpful_correct", "reward.judge.retries=1",
-        "reward.judge.timeout_s=10", f"trainer.default_local_dir={tmp_path}", "--no-progress",
-    ])  # fmt: skip
+    command = readme_command(
+        readme,
+        change={"reward.judge.url": server.url},
+        add=["actor_rollout_ref.model.tiny_hidden_size=32", "sft.enable=false", "data.train_batch_size=2",
+             "agent.num_chains=2", "agent.max_tokens_per_turn=16", "actor_rollout_ref.rollout.response_length=64",
+             "data.val_size=0", "trainer.total_training_steps=4", "trainer.save_freq=1",
+             "trainer.log_train_generations=4", "reward.judge.retries=1", "reward.judge.timeout_s=10",
+             f"trainer.default_local_dir={tmp_path}", "--no-progress"],
+    )  # fmt: skip
+    code = main(command.cli_arguments)
     killer.join(timeout=60)
     err = capfd.readouterr().err.strip().splitlines()
     assert code == 1, err[-5:]

@@ -123,3 +123,14 @@ def test_a_judge_reward_leaves_the_env_its_own_reward():
 
     config = _config("agent.reward_name=judge", "reward.judge.url=http://x/v1")
     assert config.judged and config.reward_name is None and "reward" not in env_kwargs(config)
+
+
+def test_the_policy_judges_itself_on_the_runs_own_vllm_server():
+    from agentfly_train.config.judge import judge_of
+
+    config = _config(
+        "agent.reward_name=group_rank", "reward.judge.url=rollout", "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.mode=server", "actor_rollout_ref.rollout.server_port=8123",
+    )  # fmt: skip
+    judge = judge_of(config)
+    assert judge.kind == "group_rank" and judge.client.settings.url == "http://127.0.0.1:8123/v1"
