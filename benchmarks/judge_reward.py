@@ -59,15 +59,16 @@ def main() -> None:
         finally:
             if server is not None:
                 server.kill()
-    summary = {}
-    print(f"{'episodes':>8} {'rule s':>8} {'judge s':>8} {'added':>7} {'judged/s':>9}")
-    for episodes, runs in figures.items():
+    summary: dict[str, dict[str, dict[str, float]]] = {}
+    print(f"{'episodes':>8} {'judge tokens':>12} {'rule s':>8} {'judge s':>8} {'added':>7} {'judged/s':>9}")
+    for (episodes, tokens), runs in figures.items():
         row = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
         row["added"] = row["judge_s"] / row["rule_s"]
         row["judged_per_s"] = episodes / row["judge_s"]
-        summary[episodes] = row
+        summary.setdefault(str(episodes), {})[str(tokens)] = row
         print(
-            f"{episodes:8d} {row['rule_s']:8.2f} {row['judge_s']:8.2f} {row['added']:7.1%} {row['judged_per_s']:9.1f}"
+            f"{episodes:8d} {tokens:12d} {row['rule_s']:8.2f} {row['judge_s']:8.2f} {row['added']:7.1%}"
+            f" {row['judged_per_s']:9.1f}"
         )
     if args.json:
         runs = {f"{episodes} episodes, judge {tokens} tokens": rows for (episodes, tokens), rows in figures.items()}
