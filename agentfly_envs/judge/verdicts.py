@@ -163,15 +163,22 @@ class GroupJudge(Judge):
 
     The judge lists the answers' numbers from best to worst; the first mention of a number places it, and answers it
     left out follow in their order. An answer's reward is its place's share, ``(n - 1 - place) / (n - 1)``: 1 for the
-    best, 0 for the worst, so a group's rewards are always distinct (a single episode scores 1).
+    best, 0 for the worst, so a group's rewards are always distinct. A group of one (validation plays each task once)
+    has nothing to be ranked against: :class:`EpisodeJudge` scores it alone, with its default template.
     """
 
     kind = "group_rank"
     fields = GROUP_FIELDS
     default_template = GROUP_TEMPLATE
 
+    def __init__(self, client: JudgeClient, template: str | None = None) -> None:
+        super().__init__(client, template)
+        self.alone = EpisodeJudge(client)
+
     async def judge_group(self, episodes: Sequence[JudgedEpisode]) -> list[Verdict]:
         count = len(episodes)
+        if count == 1:
+            return await self.alone.judge_group(episodes)
         number = "(" + "|".join(str(n) for n in range(count, 0, -1)) + ")"
         reasoning = reasoning_pattern(self.client.settings.max_tokens, 40 + 4 * count)
         pattern = _object(reasoning, rf'"ranking":\[{number}(,{number}){{{count - 1}}}\]')
@@ -184,7 +191,7 @@ class GroupJudge(Judge):
         reasoning = str(answer.get("reasoning", ""))
         verdicts = [Verdict(0.0)] * count
         for place, index in enumerate(order):
-            share = (count - 1 - place) / (count - 1) if count > 1 else 1.0
+            share = (count - 1 - place) / (count - 1)
             verdicts[index] = Verdict(share, {"judge/rank": share}, reasoning)
         return verdicts
 

@@ -9,6 +9,8 @@ One server serves the module; the last test kills it.
 from __future__ import annotations
 
 import json
+import runpy
+import sys
 import threading
 import time
 
@@ -18,8 +20,9 @@ from agentfly_envs.judge import JudgeClient, JudgedEpisode, JudgeSettings, make_
 from agentfly_train.__main__ import main
 from agentfly_train.callbacks import MetricsFile
 from agentfly_train.generation.vllm import vllm_available
+from agentfly_train.report.charts import chart_data
 from agentfly_train.rollout import JudgeRewards, Trajectory
-from tests.helpers.processes import run_cli
+from tests.helpers.paths import REPO_ROOT
 from tests.helpers.readme import readme_command, runs_readme_command
 from tests.helpers.vllm_server import Server
 
@@ -65,9 +68,13 @@ def test_the_constrained_output_always_parses_and_scores_land_in_0_1(server, kin
     groups = [episodes[n : n + 4] for n in range(0, EPISODES, 4)]
     try:
         verdicts = [v for group in client.run(_all(judge, groups)) for v in group]
+        (alone,) = client.run(judge.judge_group(episodes[:1]))  # a group of one: validation's
     finally:
         client.close()
-    assert client.failures == 0 and client.calls == (len(groups) if kind == "group_rank" else EPISODES)
+    asked = 1 + (len(groups) if kind == "group_rank" else EPISODES)  # judge, rubric: the one alone is a cache hit
+    assert client.failures == 0 and client.calls + client.cache_hits == asked
+    expected = {"judge/score"} if kind == "group_rank" else set(verdicts[0].components)  # scored alone, not ranked
+    assert 0.0 <= alone.score <= 1.0 and set(alone.components) == expected
     assert len(verdicts) == EPISODES
     for verdict in verdicts:
         assert 0.0 <= verdict.score <= 1.0 and all(0.0 <= v <= 1.0 for v in verdict.components.values())
@@ -115,15 +122,17 @@ def test_the_cache_serves_a_repeated_answer(server):
 @runs_readme_command(
     "python benchmarks/judge_reward.py --episodes 8 64 --repeats 3 --json benchmarks/results/judge_reward.json"
 )
-def test_the_judge_benchmark_runs_small(server, tmp_path, readme):
+def test_the_judge_benchmark_runs_small(server, tmp_path, monkeypatch, readme):
     figures = tmp_path / "judge_reward.json"
     command = readme_command(
         readme,
         change={"--episodes": "4", "--repeats": "1", "--json": str(figures)},
         add=["--url", server.url, "--model-dir", str(server.model_dir)],
     )
-    done = run_cli(command.argv, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    monkeypatch.setattr(sys, "argv", command.argv[1:])
+    runpy.run_path(
+        str(REPO_ROOT / command.argv[1]), run_name="__main__"
+    )  # in this process: torch and vLLM's client imported once
     summary = json.loads(figures.read_text())["summary"]["4"]
     assert set(summary) == {"128", "1024"}
     for row in summary.values():
@@ -173,6 +182,10 @@ def test_a_judged_run_reports_the_rubric_and_stops_with_one_line_when_the_judge_
         assert record["rollout/excluded"] == 0 and record["judge/failures"] == 0
         for name in ("score", "correct", "complete", "concise"):
             assert 0.0 <= record[f"reward/judge/{name}"] <= 1.0
+    charts = {chart["title"]: chart for group in chart_data(records) for chart in group["charts"]}
+    assert {series["name"] for series in charts["Judge's scores"]["series"]} == {
+        "train score", "train correct", "train complete", "train concise"
+    }  # fmt: skip
     for step in (1, 2):
         samples = [json.loads(line) for line in (tmp_path / "train_samples" / f"step_{step:06d}.jsonl").open()]
         assert len(samples) == 4
