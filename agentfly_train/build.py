@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnvError
 from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.judge import judge_of
 from agentfly_train.config.schema import TrainConfig, TrainerConfig
 from agentfly_train.data import RunData, run_data
 from agentfly_train.generation.base import GENERATION_BACKENDS, SamplingParams
 from agentfly_train.models import make_codec
 from agentfly_train.prompt_dataset import opening_prompt, trl_dataset
-from agentfly_train.rollout import AgentRollout, ChatCodec, RolloutBudgets
+from agentfly_train.rollout import AgentRollout, ChatCodec, JudgeRewards, RolloutBudgets
 from agentfly_train.run_dir import REFERENCE_DIR, RunResult
 from agentfly_train.tiny_policies import TINY_POLICIES
 
@@ -60,8 +61,10 @@ def agent_rollout(
     budgets (an episode they cut short gets the env's ``truncation_reward``), training and validation sampling, and
     the env-stepping threads (with Ray envs, enough threads to wait on every env of every actor), each episode at its
     own pace where the generation backend serves that (``async_episodes``:
-    :meth:`~agentfly_train.generation.base.BackendRegistry.async_episodes`); the caller closes it
+    :meth:`~agentfly_train.generation.base.BackendRegistry.async_episodes`), and the LLM judge if one scores the
+    episodes (:func:`judge_rewards`); the caller closes it
     (:meth:`~agentfly_train.rollout.AgentRollout.close`)."""
+    judge = judge_rewards(config)
     pool = env_pool(config, kwargs)
     rollout = config.actor_rollout_ref.rollout
     threads = rollout.env_workers * pool.steps_per_worker  # with Ray envs, a thread for each env an actor steps
@@ -81,7 +84,35 @@ def agent_rollout(
         async_episodes=async_episodes,
         retries=rollout.retries,
         max_infra_failure_rate=rollout.max_infra_failure_rate,
+        judge=judge,
     )
+
+
+def judge_rewards(config: TrainConfig) -> JudgeRewards | None:
+    """The LLM judge that scores the episodes (``agent.reward_name=judge|rubric|group_rank``), checked to answer and
+    to serve its model, or ``None``.
+
+    Raises:
+        ConfigError: the ``judge`` extra is not installed, or the judge does not answer at ``reward.judge.url`` or
+            does not serve ``reward.judge.model``.
+    """
+    import importlib.util
+
+    from agentfly_envs.judge import JudgeUnavailableError
+
+    judge = judge_of(config)
+    if judge is None:
+        return None
+    if importlib.util.find_spec("openai") is None:
+        raise ConfigError(
+            f"agent.reward_name={config.agent.reward_name} needs the OpenAI SDK: pip install -e '.[judge]'"
+        )
+    try:
+        judge.client.check()
+    except JudgeUnavailableError as error:
+        judge.client.close()
+        raise ConfigError(f"reward.judge.url: {error}") from None
+    return JudgeRewards(judge)
 
 
 @dataclass(frozen=True)

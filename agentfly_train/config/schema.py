@@ -40,6 +40,12 @@ TINY_QWEN3_VL_MODEL = "agentfly:tiny-qwen3-vl"
 """``actor_rollout_ref.model.path`` value that builds a tiny Qwen3-VL-architecture model, tokenizer and image
 processor (no download); :data:`agentfly_train.tiny_model.TINY_POLICIES` maps each tiny name to its builders."""
 
+JUDGE_REWARDS = ("judge", "rubric", "group_rank")
+"""``agent.reward_name`` values scored by the LLM judge of ``reward.judge.*`` (:mod:`agentfly_envs.judge`)."""
+SELF_JUDGE = "rollout"
+"""``reward.judge.url`` value naming the run's own vLLM server (``actor_rollout_ref.rollout.mode=server``)."""
+
+
 LOGGERS = ("console", "wandb", "tensorboard")
 RESUME_MODES = ("auto", "disable", "resume_path")
 SFT_SCHEDULES = ("linear", "cosine", "constant")
@@ -79,7 +85,9 @@ class AgentConfig:
             ``keep`` (the sampled tokens as they are: one growing sequence per episode, trained once) or ``drop``
             (the tokens through the end of the turn's reasoning, e.g. Qwen3's ``</think>``, leave the context; each
             turn is then trained as its own sample in the context it was sampled in, with its episode's advantage).
-        reward_name: Registered reward function replacing the env's scoring; ``null`` keeps it.
+        reward_name: Registered reward function replacing the env's scoring; ``null`` keeps it. ``judge``, ``rubric``
+            and ``group_rank`` score ended episodes with the LLM judge of ``reward.judge.*`` instead (the env's own
+            reward still decides ``accuracy``).
         turn_reward_name: Registered turn reward (``agentfly_envs.turn_rewards``, e.g. ``tool_error_penalty``) the env
             adds to each step's reward (the env's ``turn_reward``): the episode's reward is then the sum of its
             turns' rewards; ``null``: only the step that ends the episode pays.
@@ -112,7 +120,7 @@ class AgentConfig:
     template: str | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     past_reasoning: str = setting("keep", OneOf(("keep", "drop")))
-    reward_name: str | None = setting(None, Registered("agentfly_envs.rewards:REWARDS"))
+    reward_name: str | None = setting(None, Registered("agentfly_envs.rewards:REWARDS", also=JUDGE_REWARDS))
     turn_reward_name: str | None = setting(None, Registered("agentfly_envs.turn_rewards:TURN_REWARDS"))
     max_turns: int = setting(4, Positive())
     num_chains: int = setting(8, Positive())
@@ -398,6 +406,50 @@ class CustomRewardFunctionConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """The LLM judge of ``agent.reward_name=judge``, ``rubric`` or ``group_rank`` (``reward.judge.*``).
+
+    Attributes:
+        url: An OpenAI-compatible base URL (a vLLM server: ``http://host:port/v1``), checked at start-up; ``rollout``:
+            the run's own vLLM server (``rollout.mode=server``), so the policy judges itself with its current weights.
+        model: The served model's name; ``null``: the first the server lists.
+        template: The judge's prompt, a format string naming ``{task}``, ``{answer}``, ``{trajectory}`` and
+            ``{reference}`` (group ranking: ``{task}``, ``{reference}``, ``{answers}``, ``{count}``); ``null``: the
+            kind's default (:mod:`agentfly_envs.judge.prompts`).
+        rubric: ``reward_name=rubric``: a list of ``{name, description, weight}``, a ``.yaml`` file of one, or a
+            registered rubric's name (``helpful_correct``); each criterion becomes a reward component.
+        max_tokens: Tokens the judge writes per answer (its reasoning is capped to fit, so the JSON always closes).
+        temperature: The judge's sampling temperature (0: greedy).
+        timeout_s: Seconds one judge request may take.
+        retries: Further tries of a failed request; a judge still down is an infrastructure failure.
+        max_concurrency: Judge requests in flight at once.
+        cache_size: Verdicts kept by digest of (prompt, answer), so a repeated answer is not judged again; 0: none.
+    """
+
+    url: str | None = None
+    model: str | None = None
+    template: str | None = None
+    rubric: Any = None
+    max_tokens: int = setting(1024, Positive())
+    temperature: float = setting(0.0, NonNegative())
+    timeout_s: float = setting(60.0, Positive())
+    retries: int = setting(2, NonNegative())
+    max_concurrency: int = setting(64, Positive())
+    cache_size: int = setting(4096, NonNegative(" (0: no cache)"))
+
+
+@dataclass
+class RewardConfig:
+    """Rewards computed by the trainer after an episode ends (``reward.*``).
+
+    Attributes:
+        judge: The LLM judge (``agent.reward_name=judge``, ``rubric``, ``group_rank``).
+    """
+
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+
+
+@dataclass
 class EvalConfig:
     """``python -m agentfly_train eval``: how many samples per task and the k of pass@k and mean@k.
 
@@ -470,6 +522,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sft: SFTWarmupConfig = field(default_factory=SFTWarmupConfig)
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
 
@@ -486,7 +539,12 @@ class TrainConfig:
         """The reward replacing the env's scoring: ``custom_reward_function.name`` with a ``path``, else
         ``agent.reward_name`` (``None``: the env's own)."""
         reward = self.custom_reward_function
-        return reward.name if reward.path is not None else self.agent.reward_name
+        return reward.name if reward.path is not None else None if self.judged else self.agent.reward_name
+
+    @property
+    def judged(self) -> bool:
+        """Whether an LLM judge scores the episodes (``agent.reward_name`` is one of :data:`JUDGE_REWARDS`)."""
+        return self.agent.reward_name in JUDGE_REWARDS
 
     @property
     def env_id(self) -> str:

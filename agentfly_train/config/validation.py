@@ -17,6 +17,7 @@ from agentfly_envs.registry import load_entry_point
 from agentfly_train.config.actor_rollout_ref import RolloutConfig
 from agentfly_train.config.constraints import Registered, constraint_of
 from agentfly_train.config.errors import ConfigError, check_choice, check_non_negative
+from agentfly_train.config.judge import judge_of
 from agentfly_train.config.schema import TINY_MODEL, TrainConfig, TrainerConfig
 
 GENERATION_BACKENDS = "agentfly_train.generation.base:GENERATION_BACKENDS"
@@ -58,6 +59,7 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(
             "agent.reward_name and custom_reward_function.path both replace the env's scoring: set one of them"
         )
+    judge_of(config)
     unused = sorted(set(agent.tool_options) - set(agent.tools or ()))
     if agent.tools is not None and unused:
         raise ConfigError(f"agent.tool_options has options for {unused}, which agent.tools={agent.tools} does not use")

@@ -14,7 +14,8 @@ class Chart:
 
     Attributes:
         title: Shown above the plot.
-        series: ``(label, key)`` pairs; a key ending in ``/`` plots every key under it, labelled by the rest.
+        series: ``(label, key)`` pairs; a key ending in ``/`` plots every key under it, labelled by the label and
+            the rest of the key.
         help: What the chart tells about the agent, shown under the title.
         unit: The y axis title.
     """
@@ -35,6 +36,12 @@ GROUPS: tuple[tuple[str, tuple[Chart, ...]], ...] = (
                 (("train", "accuracy"), ("validation", "val/accuracy")),
                 "Episodes whose answer is correct; reward rising without accuracy: the reward is being gamed.",
                 "fraction",
+            ),
+            Chart(
+                "Judge's scores",
+                (("train ", "reward/judge/"), ("validation ", "val/reward/judge/")),
+                "An LLM judge's mean score and, with a rubric, each criterion's (agent.reward_name=judge, rubric).",
+                "score",
             ),
             Chart(
                 "Groups without signal",
@@ -177,12 +184,12 @@ def _points(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
 
 
 def _expand(series: tuple[tuple[str, str], ...], keys: set[str]) -> list[tuple[str, str, bool]]:
-    """``(label, key, drop_if_all_zero)``: a prefix's keys are dropped when they stay 0 (error kinds that never
-    happened); a named key is kept."""
+    """``(label, key, drop_if_all_zero)``: a prefix's keys, labelled by its label and the rest of each key, are dropped
+    when they stay 0 (error kinds that never happened); a named key is kept."""
     expanded = []
     for label, key in series:
         if key.endswith("/"):
-            expanded += [(name[len(key) :], name, True) for name in sorted(keys) if name.startswith(key)]
+            expanded += [(label + name[len(key) :], name, True) for name in sorted(keys) if name.startswith(key)]
         else:
             expanded.append((label, key, False))
     return expanded

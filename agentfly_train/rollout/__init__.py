@@ -21,6 +21,7 @@ from agentfly_train.rollout.episode import (
     summarize,
     training_rows,
 )
+from agentfly_train.rollout.judging import JudgeRewards
 from agentfly_train.rollout.sync import run_rollouts
 from agentfly_train.rollout.turn_table import TurnTable, context_key, turn_table
 
@@ -30,6 +31,7 @@ __all__ = [
     "ChatCodec",
     "EngineTime",
     "InfrastructureFailureRate",
+    "JudgeRewards",
     "RolloutBudgets",
     "TemplateError",
     "Trajectory",

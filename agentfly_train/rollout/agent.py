@@ -13,6 +13,7 @@ from agentfly_train.generation.base import GenerationBackend, SamplingParams
 from agentfly_train.rollout.asynchronous import run_rollouts_async
 from agentfly_train.rollout.codec import ChatCodec
 from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, rewrites_context, summarize
+from agentfly_train.rollout.judging import JudgeRewards
 from agentfly_train.rollout.sync import run_rollouts
 
 
@@ -32,6 +33,8 @@ class AgentRollout:
         retries: Replays of an episode that ends on an infrastructure failure (``rollout.retries``).
         max_infra_failure_rate: The share of a training step's episodes that may be excluded for infrastructure
             failures before the run stops (``rollout.max_infra_failure_rate``).
+        judge: The LLM judge that scores the episodes once they end (``agent.reward_name=judge``, ``rubric``,
+            ``group_rank``), or ``None`` (the env's reward scores them).
         health: The pool's health-check counts summed over the batches run since the trainer last took them
             (``restarted`` hosts, ``servers_down``; see :meth:`run`).
     """
@@ -45,6 +48,7 @@ class AgentRollout:
     async_episodes: bool = False
     retries: int = 0
     max_infra_failure_rate: float = 1.0
+    judge: JudgeRewards | None = None
     health: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -61,12 +65,15 @@ class AgentRollout:
         params: SamplingParams,
         timing: EngineTime | None = None,
     ) -> list[Trajectory]:
-        """Episodes for ``tasks`` (one env each), run to the end, after the pool's health check (:meth:`check_health`);
-        ``timing`` accumulates the engine's busy and idle time."""
+        """Episodes for ``tasks`` (one env each), run to the end, after the pool's health check (:meth:`check_health`),
+        and judged when a :attr:`judge` scores them; ``timing`` accumulates the engine's busy and idle time."""
         self.check_health()
         envs = self.pool.take(len(tasks))
         loop = run_rollouts_async if self.async_episodes and backend.streams else run_rollouts
-        return loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries)
+        trajectories = loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries)
+        if self.judge is not None:
+            self.judge.score(trajectories, tasks)
+        return trajectories
 
     def check_health(self) -> None:
         """The pool's health check: dead hosts replaced before an episode meets them, its counts added to
@@ -87,9 +94,11 @@ class AgentRollout:
         return summarize(trajectories), trajectories
 
     def close(self) -> None:
-        """Stops the env-stepping threads and closes the envs."""
+        """Stops the env-stepping threads, closes the envs and the judge's client."""
         self.executor.shutdown()
         self.pool.close()
+        if self.judge is not None:
+            self.judge.close()
 
 
 def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
@@ -105,6 +114,7 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         "reward_components": trajectory.reward_components,
         **({"infra_failure": trajectory.infra_failure, "excluded": True} if trajectory.excluded else {}),
         **({"failed_attempts": trajectory.failed_attempts} if trajectory.failed_attempts else {}),
+        **({"judge_reasoning": trajectory.judge_reasoning} if trajectory.judge_reasoning is not None else {}),
         "error_counts": {kind: count for kind, count in trajectory.error_counts.items() if count},
         "turn_calls": trajectory.turn_calls,
         "turn_rewards": trajectory.turn_rewards,

@@ -113,6 +113,11 @@ class Trajectory:
             server, actor, world or judge; not the agent's doing), or ``None``. Such an episode is replayed or
             left out of training (:attr:`excluded`), never scored.
         failed_attempts: The infrastructure failures of this task's earlier attempts, each replayed by this one.
+        outcome_reward: The part of :attr:`reward` the episode's outcome paid: the env's reward on the last step
+            without its turn reward, or the truncation reward; a judge's score once judged
+            (:mod:`~agentfly_train.rollout.judging`).
+        judge_reasoning: What the LLM judge wrote of its score (``agent.reward_name=judge``, ``rubric`` or
+            ``group_rank``), or ``None`` when no judge scored the episode.
         versions: Per completion token, the policy version that sampled it (-1 on ``env_mask = 0`` tokens); a turn
             carries the version its request was submitted under (off-policy training,
             :mod:`~agentfly_train.rollout.stream`; 0 throughout otherwise).
@@ -144,6 +149,8 @@ class Trajectory:
     reward_components: dict[str, float] = field(default_factory=dict)
     reward_error: str | None = None
     infra_failure: str | None = None
+    outcome_reward: float = 0.0
+    judge_reasoning: str | None = None
     failed_attempts: list[str] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     context_ids: list[int] = field(default_factory=list)
@@ -465,6 +472,7 @@ def finish(
     trajectory.reward = float(sum(rewards))
     info = info or {}
     outcome = rewards[-1] - info.get("turn_reward", 0.0) if rewards else 0.0  # the last step's, without its turn's
+    trajectory.outcome_reward = outcome
     trajectory.correct = _is_correct(outcome, info) if reason == "stop" else False
     trajectory.reward_components = dict(info.get("reward_components") or {})
     trajectory.reward_error = info.get("reward_error")
@@ -508,7 +516,9 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         response_length,sampled_tokens}``, ``episode/tool_error_rate/<kind>`` (errors of each of the env's
         ``ERROR_KINDS`` per tool call), ``finish_reason/<reason>`` (fractions), ``env_seconds`` (sum), and the
         counts ``rollout/infra_failures`` (attempts that met an infrastructure failure), ``rollout/retried`` (those
-        replayed) and ``rollout/excluded`` (episodes whose every attempt failed).
+        replayed) and ``rollout/excluded`` (episodes whose every attempt failed); with an LLM judge,
+        ``reward/judge/score`` and ``reward/judge/<criterion>`` (a rubric's) or ``reward/judge/rank`` (means over the
+        judged episodes).
     """
     import statistics
 
@@ -534,6 +544,10 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "rollout/retried": sum(len(t.failed_attempts) for t in trajectories),
         "rollout/excluded": sum(t.excluded for t in trajectories),
     }
+    judged = sorted({name for t in scored for name in t.reward_components if name.startswith("judge/")})
+    for name in judged:  # the judge's score and a rubric's criteria: the means over the episodes it scored
+        values = [t.reward_components[name] for t in scored if name in t.reward_components]
+        stats[f"reward/{name}"] = statistics.fmean(values)
     for kind in ERROR_KINDS:
         errors = sum(t.error_counts.get(kind, 0) for t in scored)
         stats[f"episode/tool_error_rate/{kind}"] = errors / max(calls, 1)

@@ -166,6 +166,10 @@ class EpisodeStream:
         else:  # every reset failed: it ends here, excluded
             self.finished.append(key)
 
+    def peek(self, key: int) -> Trajectory:
+        """The trajectory of a finished episode, left in the stream (e.g. for the judge to score)."""
+        return self._episodes[key].trajectory
+
     def take(self, key: int) -> Trajectory:
         """The trajectory of a finished episode, which the stream then forgets."""
         self.finished.remove(key)

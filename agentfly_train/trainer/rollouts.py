@@ -125,6 +125,8 @@ class RolloutMixin:
         metrics["throughput/gen_tokens_per_s"].append(sampled / max(seconds - env_seconds, 1e-9))
         for name, value in self._remote_failures().items():
             metrics[name].append(value)
+        for name, value in self.agent.judge.metrics().items() if self.agent.judge is not None else ():
+            metrics[name].append(value)
 
     def _note_failures(self, trajectories: Sequence[Trajectory]) -> None:
         """Prints, on the main process, one line on stderr per reward or infrastructure failure message not printed

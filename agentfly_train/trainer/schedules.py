@@ -23,7 +23,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -207,6 +207,8 @@ class _Group:
     row: int
     keys: list[int]
     slots: list[int]
+    judged: Future[None] | None = None
+    """The LLM judge's scoring of the group, started when its episodes ended (``None``: no judge)."""
 
 
 @ROLLOUT_SCHEDULES.register("async")
@@ -328,8 +330,16 @@ class AsyncSchedule(RolloutSchedule):
         for group_id, group in self.groups.items():
             if group_id not in self.finished_groups and all(key in finished for key in group.keys):
                 self.finished_groups.append(group_id)
+                self._judge(group)
                 self.ready.notify_all()
         return stepped
+
+    def _judge(self, group: _Group) -> None:
+        """Hands a finished group to the LLM judge, if one scores the episodes: it works while the generator goes on."""
+        judge = self.trainer.port.agent.judge
+        if judge is not None:
+            episodes = [self.stream.peek(key) for key in group.keys]
+            group.judged = judge.submit(episodes, [self.rows[group.row]] * len(episodes))
 
     def _generate(self) -> None:
         """The background generator: pumps the stream whenever it has work, else waits for an env step or for the
@@ -380,6 +390,8 @@ class AsyncSchedule(RolloutSchedule):
                 group = self._retire(group_id)
                 lag = version - min(self.stream.oldest_version(key) for key in group.keys)
                 episodes = [self.stream.take(key) for key in group.keys]
+                if group.judged is not None:
+                    group.judged.result()
                 if lag > self.settings.max_staleness:
                     self.dropped += len(episodes)
                     continue
@@ -437,7 +449,10 @@ class AsyncSchedule(RolloutSchedule):
             self._next_key -= len(tasks)
             envs = trainer.port.agent.pool.take(len(tasks))
             with contextlib.nullcontext() if trainer.port.backend.has_own_weights else trainer.port.sampling():
-                return run_to_end(self.stream, envs, tasks, params, keys)
+                trajectories = run_to_end(self.stream, envs, tasks, params, keys)
+        if trainer.port.agent.judge is not None:
+            trainer.port.agent.judge.score(trajectories, tasks)
+        return trajectories
 
     def metrics(self) -> dict[str, float]:
         """:meth:`RolloutSchedule.timing_metrics` and ``async/staleness_mean``, ``async/staleness_max`` (versions

@@ -24,6 +24,7 @@ from tests.helpers.distributed import accelerate_launch
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import free_port, run_cli
 from tests.helpers.runs import learning_tasks, quickstart_config
+from tests.helpers.vllm_server import Server
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,39 +32,6 @@ pytestmark = [
 ]
 
 TASKS = 8
-
-
-class Server:
-    """``python -m vllm.entrypoints.openai.api_server`` on a model directory, in its own process group."""
-
-    def __init__(self, model_dir: Path, log: Path) -> None:
-        self.port = free_port()
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                   "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32", "--enforce-eager",
-                   "--kv-cache-memory-bytes", str(256 << 20), "--max-model-len", "1024",
-                   "--logprobs-mode", "processed_logprobs", "--disable-log-stats"]  # fmt: skip
-        self.log = log
-        self.process = subprocess.Popen(
-            command, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"},
-        )  # fmt: skip
-        import requests
-
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, log.read_text()[-3000:]
-            try:
-                if requests.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        raise AssertionError(f"the server did not start: {log.read_text()[-3000:]}")
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")

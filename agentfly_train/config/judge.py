@@ -1,0 +1,48 @@
+"""The LLM judge a configuration names (``agent.reward_name=judge|rubric|group_rank`` and ``reward.judge.*``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentfly_train.config.errors import ConfigError
+from agentfly_train.config.schema import SELF_JUDGE, TrainConfig
+
+if TYPE_CHECKING:
+    from agentfly_envs.judge import Judge
+
+
+def judge_of(config: TrainConfig) -> Judge | None:
+    """The configured judge (not yet connected: :meth:`~agentfly_envs.judge.JudgeClient.check` does that), or
+    ``None`` when the env's own reward scores the episodes.
+
+    Raises:
+        ConfigError: no ``reward.judge.url``; ``url=rollout`` without a vLLM server run; a template naming an unknown
+            field; a malformed or missing rubric; a ``max_tokens`` too small for the JSON (one line each).
+    """
+    from agentfly_envs.judge import JudgeClient, JudgeConfigError, JudgeSettings, make_judge
+
+    if not config.judged:
+        return None
+    judge, rollout = config.reward.judge, config.actor_rollout_ref.rollout
+    name = config.agent.reward_name
+    url = judge.url
+    if url is None:
+        raise ConfigError(
+            f"agent.reward_name={name} needs reward.judge.url, an OpenAI-compatible base URL (a vLLM server: "
+            f"http://host:port/v1), or {SELF_JUDGE} for the run's own vLLM server"
+        )
+    if url == SELF_JUDGE:
+        if rollout.mode != "server":
+            raise ConfigError(
+                f"reward.judge.url={SELF_JUDGE} judges with the run's own vLLM server: set "
+                "actor_rollout_ref.rollout.mode=server, or give the judge's URL"
+            )
+        url = f"http://{rollout.server_host}:{rollout.server_port}/v1"
+    settings = JudgeSettings(
+        url, judge.model, judge.max_tokens, judge.temperature, judge.timeout_s, judge.retries, judge.max_concurrency,
+        judge.cache_size,
+    )  # fmt: skip
+    try:
+        return make_judge(name, JudgeClient(settings), judge.template, judge.rubric)
+    except JudgeConfigError as error:
+        raise ConfigError(str(error)) from None
