@@ -28,6 +28,7 @@ from agentfly_train.tiny_policies import TINY_POLICIES
 
 if TYPE_CHECKING:
     from agentfly_train.critic import CriticSettings
+    from agentfly_train.programs import ProgramSettings
     from agentfly_train.trl_args import RLSettings
 
 
@@ -81,7 +82,19 @@ def agent_rollout(
         async_episodes=async_episodes,
         retries=rollout.retries,
         max_infra_failure_rate=rollout.max_infra_failure_rate,
+        program=agent_program(config),
     )
+
+
+def agent_program(config: TrainConfig) -> ProgramSettings | None:
+    """The configured agent program (``agent.program``, checked when the configuration was), or ``None``."""
+    from agentfly_envs.user_code import load_function
+    from agentfly_train.programs import ProgramSettings
+
+    spec = config.agent.program
+    if spec is None:
+        return None
+    return ProgramSettings(load_function(spec), spec, config.agent.program_timeout, config.model_path)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,24 @@ def validate(config: TrainConfig) -> None:
     _validate_env_runtime(rollout)
     _validate_algorithm(config)
     _validate_async_training(config, backend, name)
+    _validate_program(config)
+
+
+def _validate_program(config: TrainConfig) -> None:
+    """``agent.program``: a function that imports, on the turn-synchronous schedule."""
+    from agentfly_envs.user_code import UserCodeError, load_function
+
+    if config.agent.program is None:
+        return
+    try:
+        load_function(config.agent.program)
+    except UserCodeError as error:
+        raise ConfigError(f"agent.program: {error}") from None
+    if config.async_training.enable:
+        raise ConfigError(
+            "agent.program runs its episodes as whole programs: off-policy training (async_training.enable=true) "
+            "is not served for them; set async_training.enable=false"
+        )
 
 
 def check_fields(section: Any, prefix: str = "") -> None:

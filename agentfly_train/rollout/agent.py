@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentfly_envs.runtime import EnvPool
 from agentfly_train.generation.base import GenerationBackend, SamplingParams
@@ -14,6 +14,9 @@ from agentfly_train.rollout.asynchronous import run_rollouts_async
 from agentfly_train.rollout.codec import ChatCodec
 from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, rewrites_context, summarize
 from agentfly_train.rollout.sync import run_rollouts
+
+if TYPE_CHECKING:
+    from agentfly_train.programs import ProgramSettings
 
 
 @dataclass
@@ -34,6 +37,8 @@ class AgentRollout:
             failures before the run stops (``rollout.max_infra_failure_rate``).
         health: The pool's health-check counts summed over the batches run since the trainer last took them
             (``restarted`` hosts, ``servers_down``; see :meth:`run`).
+        program: The user's agent program, played instead of the turn loop (``agent.program``,
+            :func:`~agentfly_train.programs.run_programs`), or ``None``.
     """
 
     pool: EnvPool
@@ -46,13 +51,17 @@ class AgentRollout:
     retries: int = 0
     max_infra_failure_rate: float = 1.0
     health: Counter[str] = field(default_factory=Counter)
+    program: ProgramSettings | None = None
 
     @property
     def turn_rows(self) -> int | None:
         """Rows per episode when each turn trains in its own context (the turn budget), or ``None`` for one row per
         episode: the context is rewritten between turns when the codec drops past reasoning or when screenshots
-        beyond ``budgets.max_images`` are dropped (:func:`~agentfly_train.rollout.training_rows`)."""
-        return self.budgets.max_turns if rewrites_context(self.codec, self.budgets.max_images) else None
+        beyond ``budgets.max_images`` are dropped (:func:`~agentfly_train.rollout.training_rows`), or with an agent
+        program, whose requests need not extend each other (an episode whose requests did is its one growing row,
+        :attr:`~agentfly_train.rollout.Trajectory.grows`)."""
+        rewrites = self.program is not None or rewrites_context(self.codec, self.budgets.max_images)
+        return self.budgets.max_turns if rewrites else None
 
     def run(
         self,
@@ -65,6 +74,10 @@ class AgentRollout:
         ``timing`` accumulates the engine's busy and idle time."""
         self.check_health()
         envs = self.pool.take(len(tasks))
+        if self.program is not None:
+            from agentfly_train.programs import run_programs
+
+            return run_programs(envs, tasks, backend, self.codec, self.budgets, params, self.program, timing)
         loop = run_rollouts_async if self.async_episodes and backend.streams else run_rollouts
         return loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries)
 
