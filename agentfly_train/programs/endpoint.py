@@ -84,7 +84,7 @@ class CompletionsServer:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         try:
             self._loop.run_until_complete(runner.setup())
-            site = web.TCPSite(runner, "127.0.0.1", 0, shutdown_timeout=1.0)
+            site = web.TCPSite(runner, "127.0.0.1", 0)
             self._loop.run_until_complete(site.start())
         except OSError as error:
             self._started.set_exception(error)
