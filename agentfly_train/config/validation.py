@@ -9,6 +9,7 @@ nothing of ``agentfly_train`` outside it.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,8 @@ def _validate_program(config: TrainConfig) -> None:
 
     if config.agent.program is None:
         return
+    if importlib.util.find_spec("aiohttp") is None:
+        raise ConfigError('agent.program: its endpoint needs aiohttp: pip install -e ".[programs]"')
     try:
         load_function(config.agent.program)
     except UserCodeError as error:

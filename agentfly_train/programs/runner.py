@@ -46,8 +46,10 @@ from agentfly_train.rollout.codec import ChatCodec, assistant_message
 from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory
 from agentfly_train.rollout.stream import streaming
 
-GATHER_S = 0.002
-"""How long the idle engine waits for another request while fewer requests wait than programs run, seconds."""
+GATHER_S = 0.02
+"""How long the idle engine waits for the next request while fewer requests wait than programs run, seconds: programs
+answered together ask again within milliseconds of each other (the SDK parses the response, the program appends
+it), so a pause this long means the others are busy elsewhere (a tool call); they join the next batch."""
 _RUNS = itertools.count()
 
 
@@ -207,7 +209,8 @@ class _Rollout:
 
     def _take(self, server: CompletionsServer) -> list[Request]:
         """The requests waiting: with the engine busy, those queued now; else at least one (or a program's end, or
-        the nearest deadline), then more while fewer wait than programs run (for :data:`GATHER_S` each)."""
+        the nearest deadline), then more while fewer wait than programs run and each comes within :data:`GATHER_S`
+        of the one before."""
         taken: list[Request | None] = []
         if self.engine.has_unfinished():
             while not server.requests.empty():

@@ -10,15 +10,16 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
+from agentfly_envs.tools import ToolError
+from agentfly_envs.tools.calculator import evaluate, format_number
+
 
 @tool
 def calculator(expression: str) -> str:
     """Evaluates an arithmetic expression of digits and + - * / ( ), e.g. 6*7+17."""
-    if not expression or set(expression) - set("0123456789+-*/(). "):
-        return "Error: only digits and + - * / ( ) are allowed"
     try:
-        return str(eval(expression, {"__builtins__": {}}))  # noqa: S307 (digits and operators only)
-    except (SyntaxError, ZeroDivisionError) as error:
+        return format_number(evaluate(expression))
+    except ToolError as error:
         return f"Error: {error}"
 
 

@@ -5,6 +5,9 @@ Train it: ``python -m agentfly_train --config quickstart agent.program=examples/
 
 from openai import OpenAI
 
+from agentfly_envs.tools import ToolError
+from agentfly_envs.tools.calculator import evaluate, format_number
+
 CALCULATOR = {
     "type": "function",
     "function": {
@@ -17,11 +20,9 @@ CALCULATOR = {
 
 def calculator(expression: str) -> str:
     """The value of an arithmetic expression of digits and + - * / ( ), or why it has none."""
-    if not expression or set(expression) - set("0123456789+-*/(). "):
-        return "Error: only digits and + - * / ( ) are allowed"
     try:
-        return str(eval(expression, {"__builtins__": {}}))  # noqa: S307 (digits and operators only)
-    except (SyntaxError, ZeroDivisionError) as error:
+        return format_number(evaluate(expression))
+    except ToolError as error:
         return f"Error: {error}"
 
 

@@ -6,6 +6,9 @@ Train it: ``python -m agentfly_train --config quickstart agent.program=examples/
 
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 
+from agentfly_envs.tools import ToolError
+from agentfly_envs.tools.calculator import evaluate, format_number
+
 
 @tool
 def calculator(expression: str) -> str:
@@ -14,11 +17,9 @@ def calculator(expression: str) -> str:
     Args:
         expression: Digits and + - * / ( ), e.g. 6*7+17.
     """
-    if not expression or set(expression) - set("0123456789+-*/(). "):
-        return "Error: only digits and + - * / ( ) are allowed"
     try:
-        return str(eval(expression, {"__builtins__": {}}))  # noqa: S307 (digits and operators only)
-    except (SyntaxError, ZeroDivisionError) as error:
+        return format_number(evaluate(expression))
+    except ToolError as error:
         return f"Error: {error}"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import gymnasium as gym
 import pytest
 
 import agentfly_envs  # noqa: F401
+from agentfly_envs.tools.calculator import evaluate, format_number
 from agentfly_envs.user_code import load_function
 from agentfly_train.__main__ import main
 from agentfly_train.generation import HFGenerationBackend, SamplingParams
@@ -16,6 +18,8 @@ from agentfly_train.programs import ProgramSettings, run_programs
 from agentfly_train.rollout import RolloutBudgets, failure_notes, training_rows
 from agentfly_train.tiny_model import build_model
 from tests.helpers.programs import SEEN, ScriptedTurns
+from tests.helpers.readme import readme_command, runs_readme_command
+from tests.helpers.runs import step_records
 
 CALCULATOR = load_function("examples/programs/openai_sdk.py:solve").__globals__["CALCULATOR"]
 TOKENIZERS = Path.home() / ".cache" / "agentfly-tokenizers"
@@ -69,7 +73,7 @@ def test_an_openai_sdk_agents_tokens_are_the_sampled_ids_and_the_templates_betwe
     served = codec.with_tools([CALCULATOR])
     for task, t in zip(tasks, trajectories, strict=True):
         assert (t.reward, t.finish_reason, t.num_turns, t.grows, t.reward_error) == (1.0, "stop", 2, True, None)
-        user, call, result, answer = t.messages
+        user, call, result, _answer = t.messages
         assert call["tool_calls"][0]["function"]["name"] == "calculator" and result["role"] == "tool"
         first, second = policy.sampled[task["question"]]
         expected = [*served.prompt_ids([user]), *first.token_ids,
@@ -187,3 +191,62 @@ def test_a_program_that_raises_hangs_or_returns_garbage_is_an_error_of_its_episo
 def test_an_unknown_program_is_one_config_error_line(program, error, capsys):
     assert main(["--config", "quickstart", "--dry-run", f"agent.program={program}"]) == 2
     assert capsys.readouterr().err == f"config error: agent.program: {error}\n"
+
+
+def final_answer_call(action):
+    """smolagents' way to answer: a call of its ``final_answer`` tool (for a golden answer turn)."""
+    if not isinstance(action, str):
+        return action
+    answer = action.split("{")[-1].split("}")[0]
+    call = {"type": "function", "function": {"name": "final_answer", "arguments": {"answer": answer}}}
+    return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+@pytest.mark.slow  # imports the framework (seconds)
+@pytest.mark.parametrize("program", ["smolagents_agent", "langgraph_agent"])
+def test_a_frameworks_agent_calls_its_tool_through_the_endpoint_and_answers(program, tiny_tokenizer):
+    pytest.importorskip(program.split("_")[0], reason='needs the "programs" extra')
+    codec = tool_codec("tiny", tiny_tokenizer)
+    envs, tasks, settings = episodes(2, f"examples/programs/{program}.py:solve")
+    scripts = golden_scripts(envs, tasks)
+    if program == "smolagents_agent":
+        scripts = {question: [final_answer_call(turn) for turn in turns] for question, turns in scripts.items()}
+    policy = ScriptedTurns(codec, scripts)
+    trajectories = run_programs(envs, tasks, policy, codec, BUDGETS, SamplingParams(), settings)
+    for task, t in zip(tasks, trajectories, strict=True):
+        assert (t.reward, t.num_turns, t.reward_error) == (1.0, 2, None)
+        result = format_number(evaluate(t.turn_calls[0][0]["function"]["arguments"]["expression"]))
+        assert f"{result}" in str(t.messages[2:])  # the tool's result came back to the model
+        assert [t.completion_ids[s.start : s.end] for s in t.turn_spans] == [
+            g.token_ids for g in policy.sampled[task["question"]]
+        ]
+
+
+TRAIN_A_PROGRAM = (
+    "python -m agentfly_train --config quickstart agent.program=examples/programs/openai_sdk.py:solve "
+    "sft.enable=false data.train_batch_size=2 agent.num_chains=2 data.val_size=2 trainer.total_training_steps=2 "
+    "'trainer.logger=[console]'"
+)
+SMALLEST = (
+    "agent.max_tokens_per_turn=8",
+    "actor_rollout_ref.rollout.response_length=32",
+    "actor_rollout_ref.model.tiny_hidden_size=32",
+)
+
+
+@pytest.mark.slow  # two RL steps of the tiny model
+@runs_readme_command(
+    "python -m agentfly_train --config quickstart agent.program=examples/programs/openai_sdk.py:solve "
+    "sft.enable=false data.train_batch_size=2 agent.num_chains=2 data.val_size=2 trainer.total_training_steps=2 "
+    "'trainer.logger=[console]'"
+)
+@pytest.mark.parametrize("program", ["openai_sdk", "smolagents_agent", "langgraph_agent"])
+def test_the_cli_trains_each_frameworks_agent_two_steps(readme, program, tmp_path):
+    assert readme == TRAIN_A_PROGRAM
+    pytest.importorskip(program.split("_")[0].replace("sdk", ""), reason='needs the "programs" extra')
+    command = readme_command(readme.replace("openai_sdk", program), add=["--no-progress",
+                             f"trainer.default_local_dir={tmp_path}", *SMALLEST])  # fmt: skip
+    assert main(command.cli_arguments) == 0
+    records = step_records(tmp_path)
+    assert [record["step"] for record in records] == [1, 2]
+    assert all(math.isfinite(record["loss"]) for record in records)
