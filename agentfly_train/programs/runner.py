@@ -47,9 +47,12 @@ from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajector
 from agentfly_train.rollout.stream import streaming
 
 GATHER_S = 0.02
-"""How long the idle engine waits for the next request while fewer requests wait than programs run, seconds: programs
-answered together ask again within milliseconds of each other (the SDK parses the response, the program appends
-it), so a pause this long means the others are busy elsewhere (a tool call); they join the next batch."""
+"""How long the idle engine waits at least for the next request while fewer requests wait than programs run, seconds:
+programs answered together ask again within milliseconds of each other (the SDK parses the response, the program
+appends it), so a longer pause means the others are busy elsewhere (a tool call); they join the next batch."""
+GATHER_SHARE = 0.1
+"""... and at most this share of the engine's last step (a batch costs the same with a straggler or without it, and on
+a loaded machine programs ask again tens of milliseconds apart)."""
 _RUNS = itertools.count()
 
 
@@ -173,6 +176,7 @@ class _Rollout:
         self.codecs: dict[str, ChatCodec] = {}
         self.waiting: dict[str, tuple[_Waiting, int]] = {}
         self.request_ids = itertools.count()
+        self.last_step_s = 0.0
 
     def run(self, envs: Sequence[gym.Env], tasks: Sequence[Mapping[str, Any]]) -> list[Trajectory]:
         server = CompletionsServer()
@@ -194,7 +198,8 @@ class _Rollout:
                 if self.engine.has_unfinished():
                     start = time.perf_counter()
                     finished_requests = self.engine.step()
-                    self.timing.busy_s += time.perf_counter() - start
+                    self.last_step_s = time.perf_counter() - start
+                    self.timing.busy_s += self.last_step_s
                     for request_id, generation in finished_requests:
                         self._sampled(request_id, generation)
         finally:
@@ -210,7 +215,7 @@ class _Rollout:
     def _take(self, server: CompletionsServer) -> list[Request]:
         """The requests waiting: with the engine busy, those queued now; else at least one (or a program's end, or
         the nearest deadline), then more while fewer wait than programs run and each comes within :data:`GATHER_S`
-        of the one before."""
+        (or :data:`GATHER_SHARE` of the last engine step, if longer) of the one before."""
         taken: list[Request | None] = []
         if self.engine.has_unfinished():
             while not server.requests.empty():
@@ -218,10 +223,11 @@ class _Rollout:
             return [r for r in taken if r is not None]
         start = time.perf_counter()
         nearest = min((self.by_key[key].deadline for key in server.live), default=time.monotonic())
+        gap = max(GATHER_S, GATHER_SHARE * self.last_step_s)
         try:
             taken.append(server.requests.get(timeout=max(nearest - time.monotonic(), 0.0) + 0.01))
-            while len([r for r in taken if r is not None]) < len(server.live) and taken[-1] is not None:
-                taken.append(server.requests.get(timeout=GATHER_S))
+            while sum(r is not None for r in taken) < sum(self.by_key[key].outcome is None for key in server.live):
+                taken.append(server.requests.get(timeout=gap))  # a program's end (None) does not end the wait
         except queue.Empty:
             pass
         self.timing.idle_s += time.perf_counter() - start

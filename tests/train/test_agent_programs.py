@@ -244,8 +244,8 @@ SMALLEST = (
 def test_the_cli_trains_each_frameworks_agent_two_steps(readme, program, tmp_path):
     assert readme == TRAIN_A_PROGRAM
     pytest.importorskip(program.split("_")[0].replace("sdk", ""), reason='needs the "programs" extra')
-    command = readme_command(readme.replace("openai_sdk", program), add=["--no-progress",
-                             f"trainer.default_local_dir={tmp_path}", *SMALLEST])  # fmt: skip
+    change = {"agent.program": f"examples/programs/{program}.py:solve"}
+    command = readme_command(readme, change, ["--no-progress", f"trainer.default_local_dir={tmp_path}", *SMALLEST])
     assert main(command.cli_arguments) == 0
     records = step_records(tmp_path)
     assert [record["step"] for record in records] == [1, 2]
