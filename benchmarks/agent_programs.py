@@ -92,7 +92,7 @@ def main() -> None:
     from agentfly_train.config import QUICKSTART, load_config
     from agentfly_train.generation import HFGenerationBackend, SamplingParams
     from agentfly_train.models import make_codec
-    from agentfly_train.programs import ProgramSettings, run_programs
+    from agentfly_train.programs import ProgramSettings
     from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts
     from agentfly_train.tiny_model import build_model, build_tokenizer
 
@@ -108,10 +108,10 @@ def main() -> None:
         codec = ChatCodec(tokenizer, None)
         program = ProgramSettings(go_on_program(args.rounds, args.max_tokens), "go_on", 600.0, "agentfly:tiny")
         served, called = [], []
-        run_programs(envs, tasks, backend, codec, budgets, SamplingParams(temperature=0.0), program)  # warm-up
+        program.play(envs, tasks, backend, codec, budgets, SamplingParams(temperature=0.0))  # warm-up
         for _ in range(args.repeats):
             start = time.perf_counter()
-            episodes = run_programs(envs, tasks, backend, codec, budgets, SamplingParams(temperature=0.0), program)
+            episodes = program.play(envs, tasks, backend, codec, budgets, SamplingParams(temperature=0.0))
             served.append((time.perf_counter() - start, sum(sum(t.env_mask) for t in episodes)))
             called.append(direct(backend, codec, tasks, args.rounds, args.max_tokens))
         requests = count * args.rounds
@@ -144,7 +144,7 @@ def main() -> None:
     sides: dict[str, list[tuple[float, int, int]]] = {"program": [], "turn loop": []}
     for _ in range(args.repeats):
         start = time.perf_counter()
-        episodes = run_programs(envs, tasks, hf, codec, budgets, params, agent)
+        episodes = agent.play(envs, tasks, hf, codec, budgets, params)
         sides["program"].append((time.perf_counter() - start, sum(sum(t.env_mask) for t in episodes),
                                  sum(t.num_turns for t in episodes)))  # fmt: skip
         start = time.perf_counter()

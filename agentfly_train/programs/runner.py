@@ -53,6 +53,9 @@ appends it), so a longer pause means the others are busy elsewhere (a tool call)
 GATHER_SHARE = 0.1
 """... and at most this share of the engine's last step (a batch costs the same with a straggler or without it, and on
 a loaded machine programs ask again tens of milliseconds apart)."""
+START_GATHER_S = 0.5
+"""... and, before the rollout's first engine step, this long: every program has just started (its client is built,
+its first request rendered), so all of them are about to ask."""
 _RUNS = itertools.count()
 
 
@@ -72,6 +75,33 @@ class ProgramSettings:
     name: str
     timeout: float
     model: str
+
+    def play(
+        self,
+        envs: Sequence[gym.Env],
+        tasks: Sequence[Mapping[str, Any]],
+        backend: GenerationBackend,
+        codec: ChatCodec,
+        budgets: RolloutBudgets,
+        params: SamplingParams,
+        timing: EngineTime | None = None,
+    ) -> list[Trajectory]:
+        """One episode of the program per ``(env, task)``, all at once, to their ends (the rollout driver's
+        :class:`~agentfly_train.rollout.agent.EpisodePlayer`).
+
+        Args:
+            envs: One env per episode (scores a string answer; the program plays the task itself).
+            tasks: Dataset rows, one per episode (each program's ``task``).
+            backend: The generator.
+            codec: The policy's chat codec (each request renders its own tools: :meth:`ChatCodec.with_tools`).
+            budgets: Turn (a turn per choice) and token limits, and the reward of an episode they cut short.
+            params: The run's sampling (a request's ``temperature`` and ``top_p`` replace it for that request).
+            timing: Accumulates the engine's busy time and its idle time (waiting for requests).
+
+        Returns:
+            One :class:`~agentfly_train.rollout.Trajectory` per episode, in order.
+        """
+        return _Rollout(backend, codec, budgets, params, self, timing or EngineTime()).run(envs, tasks)
 
 
 @dataclass
@@ -215,7 +245,8 @@ class _Rollout:
     def _take(self, server: CompletionsServer) -> list[Request]:
         """The requests waiting: with the engine busy, those queued now; else at least one (or a program's end, or
         the nearest deadline), then more while fewer wait than programs run and each comes within :data:`GATHER_S`
-        (or :data:`GATHER_SHARE` of the last engine step, if longer) of the one before."""
+        (or :data:`GATHER_SHARE` of the last engine step, if longer; :data:`START_GATHER_S` before the first) of the
+        one before."""
         taken: list[Request | None] = []
         if self.engine.has_unfinished():
             while not server.requests.empty():
@@ -223,7 +254,7 @@ class _Rollout:
             return [r for r in taken if r is not None]
         start = time.perf_counter()
         nearest = min((self.by_key[key].deadline for key in server.live), default=time.monotonic())
-        gap = max(GATHER_S, GATHER_SHARE * self.last_step_s)
+        gap = max(GATHER_S, GATHER_SHARE * self.last_step_s) if self.last_step_s else START_GATHER_S
         try:
             taken.append(server.requests.get(timeout=max(nearest - time.monotonic(), 0.0) + 0.01))
             while sum(r is not None for r in taken) < sum(self.by_key[key].outcome is None for key in server.live):
@@ -303,31 +334,3 @@ class _Rollout:
                         waiting.extends and index == 0)
         )  # fmt: skip
         return Choice(message, texts[:kept], generation.logprobs[:kept], reason)
-
-
-def run_programs(
-    envs: Sequence[gym.Env],
-    tasks: Sequence[Mapping[str, Any]],
-    backend: GenerationBackend,
-    codec: ChatCodec,
-    budgets: RolloutBudgets,
-    params: SamplingParams,
-    settings: ProgramSettings,
-    timing: EngineTime | None = None,
-) -> list[Trajectory]:
-    """One agent program's episode per ``(env, task)``, all at once, to their ends.
-
-    Args:
-        envs: One env per episode (scores a string answer; the program plays the task itself).
-        tasks: Dataset rows, one per episode (each program's ``task``).
-        backend: The generator.
-        codec: The policy's chat codec (each request renders its own tools: :meth:`ChatCodec.with_tools`).
-        budgets: Turn (a turn per choice) and token limits, and the reward of an episode they cut short.
-        params: The run's sampling (a request's ``temperature`` and ``top_p`` replace it for that request).
-        settings: The program.
-        timing: Accumulates the engine's busy time and its idle time (waiting for requests).
-
-    Returns:
-        One :class:`~agentfly_train.rollout.Trajectory` per episode, in order.
-    """
-    return _Rollout(backend, codec, budgets, params, settings, timing or EngineTime()).run(envs, tasks)

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agentfly_envs.runtime import EnvPool
 from agentfly_train.generation.base import GenerationBackend, SamplingParams
@@ -15,8 +15,23 @@ from agentfly_train.rollout.codec import ChatCodec
 from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, rewrites_context, summarize
 from agentfly_train.rollout.sync import run_rollouts
 
-if TYPE_CHECKING:
-    from agentfly_train.programs import ProgramSettings
+
+class EpisodePlayer(Protocol):
+    """Plays whole episodes its own way instead of the turn loop (an agent program,
+    :class:`~agentfly_train.programs.ProgramSettings`)."""
+
+    def play(
+        self,
+        envs: Sequence[Any],
+        tasks: Sequence[Mapping[str, Any]],
+        backend: GenerationBackend,
+        codec: ChatCodec,
+        budgets: RolloutBudgets,
+        params: SamplingParams,
+        timing: EngineTime | None = None,
+    ) -> list[Trajectory]:
+        """One finished trajectory per ``(env, task)``, in order."""
+        ...
 
 
 @dataclass
@@ -38,7 +53,7 @@ class AgentRollout:
         health: The pool's health-check counts summed over the batches run since the trainer last took them
             (``restarted`` hosts, ``servers_down``; see :meth:`run`).
         program: The user's agent program, played instead of the turn loop (``agent.program``,
-            :func:`~agentfly_train.programs.run_programs`), or ``None``.
+            :meth:`~agentfly_train.programs.ProgramSettings.play`), or ``None``.
     """
 
     pool: EnvPool
@@ -51,7 +66,7 @@ class AgentRollout:
     retries: int = 0
     max_infra_failure_rate: float = 1.0
     health: Counter[str] = field(default_factory=Counter)
-    program: ProgramSettings | None = None
+    program: EpisodePlayer | None = None
 
     @property
     def turn_rows(self) -> int | None:
@@ -75,9 +90,7 @@ class AgentRollout:
         self.check_health()
         envs = self.pool.take(len(tasks))
         if self.program is not None:
-            from agentfly_train.programs import run_programs
-
-            return run_programs(envs, tasks, backend, self.codec, self.budgets, params, self.program, timing)
+            return self.program.play(envs, tasks, backend, self.codec, self.budgets, params, timing)
         loop = run_rollouts_async if self.async_episodes and backend.streams else run_rollouts
         return loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries)
 

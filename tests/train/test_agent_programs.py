@@ -14,7 +14,7 @@ from agentfly_envs.tools.calculator import evaluate, format_number
 from agentfly_envs.user_code import load_function
 from agentfly_train.__main__ import main
 from agentfly_train.generation import HFGenerationBackend, SamplingParams
-from agentfly_train.programs import ProgramSettings, run_programs
+from agentfly_train.programs import ProgramSettings
 from agentfly_train.rollout import RolloutBudgets, failure_notes, training_rows
 from agentfly_train.tiny_model import build_model
 from tests.helpers.programs import SEEN, ScriptedTurns
@@ -69,7 +69,7 @@ def test_an_openai_sdk_agents_tokens_are_the_sampled_ids_and_the_templates_betwe
     codec = tool_codec(name, tiny_tokenizer)
     envs, tasks, settings = episodes(3, "examples/programs/openai_sdk.py:solve")
     policy = ScriptedTurns(codec, golden_scripts(envs, tasks))
-    trajectories = run_programs(envs, tasks, policy, codec, BUDGETS, SamplingParams(), settings)
+    trajectories = settings.play(envs, tasks, policy, codec, BUDGETS, SamplingParams())
     served = codec.with_tools([CALCULATOR])
     for task, t in zip(tasks, trajectories, strict=True):
         assert (t.reward, t.finish_reason, t.num_turns, t.grows, t.reward_error) == (1.0, "stop", 2, True, None)
@@ -113,7 +113,7 @@ def tiny_backend(tiny_tokenizer):
 def test_the_ids_trained_are_those_the_backend_sampled_for_eight_concurrent_episodes(tiny_backend):
     backend, codec = tiny_backend
     envs, tasks, settings = episodes(8, "tests.helpers.programs:goes_on")
-    trajectories = run_programs(envs, tasks, backend, codec, BUDGETS, SamplingParams(), settings)
+    trajectories = settings.play(envs, tasks, backend, codec, BUDGETS, SamplingParams())
     for t in trajectories:
         assert (t.reward, t.num_turns, t.grows, t.reward_error) == (0.5, 3, True, None)
         for span in t.turn_spans:
@@ -126,7 +126,7 @@ def test_the_ids_trained_are_those_the_backend_sampled_for_eight_concurrent_epis
 def test_a_program_that_rewrites_its_history_trains_a_row_per_request(tiny_backend):
     backend, codec = tiny_backend
     envs, tasks, settings = episodes(2, "tests.helpers.programs:rewrites")
-    trajectories = run_programs(envs, tasks, backend, codec, BUDGETS, SamplingParams(), settings)
+    trajectories = settings.play(envs, tasks, backend, codec, BUDGETS, SamplingParams())
     rows = training_rows(trajectories, turns=4)
     for n, (task, t) in enumerate(zip(tasks, trajectories, strict=True)):
         assert (t.reward, t.num_turns, t.grows) == (0.25, 2, False)
@@ -143,7 +143,7 @@ def test_the_served_response_is_what_the_openai_sdk_parses_without_warnings(tiny
 
     backend, codec = tiny_backend
     envs, tasks, settings = episodes(1, "tests.helpers.programs:wire")
-    [t] = run_programs(envs, tasks, backend, codec, BUDGETS, SamplingParams(), settings)
+    [t] = settings.play(envs, tasks, backend, codec, BUDGETS, SamplingParams())
     raw, parsed = SEEN[tasks[0]["question"]]
     assert ChatCompletion.model_validate(raw, strict=True) == parsed
     assert len(parsed.choices) == 2 and t.num_turns == 2 and not t.grows
@@ -160,7 +160,7 @@ def test_a_program_that_raises_hangs_or_returns_garbage_is_an_error_of_its_episo
     envs, tasks, settings = episodes(6, "tests.helpers.programs:misbehaves", timeout=1.5)
     budgets = RolloutBudgets(max_turns=2, max_tokens_per_turn=4, response_length=64)
     start = time.monotonic()
-    trajectories = run_programs(envs, tasks, backend, codec, budgets, SamplingParams(), settings)
+    trajectories = settings.play(envs, tasks, backend, codec, budgets, SamplingParams())
     assert time.monotonic() - start < 10  # the hung program is left behind at its timeout
     errors = [t.reward_error for t in trajectories]
     program = "agent program tests.helpers.programs:misbehaves"
@@ -212,7 +212,7 @@ def test_a_frameworks_agent_calls_its_tool_through_the_endpoint_and_answers(prog
     if program == "smolagents_agent":
         scripts = {question: [final_answer_call(turn) for turn in turns] for question, turns in scripts.items()}
     policy = ScriptedTurns(codec, scripts)
-    trajectories = run_programs(envs, tasks, policy, codec, BUDGETS, SamplingParams(), settings)
+    trajectories = settings.play(envs, tasks, policy, codec, BUDGETS, SamplingParams())
     for task, t in zip(tasks, trajectories, strict=True):
         assert (t.reward, t.num_turns, t.reward_error) == (1.0, 2, None)
         result = format_number(evaluate(t.turn_calls[0][0]["function"]["arguments"]["expression"]))
