@@ -82,7 +82,8 @@ def validate(config: TrainConfig) -> None:
 
 
 def _validate_program(config: TrainConfig) -> None:
-    """``agent.program``: a function that imports, on the turn-synchronous schedule."""
+    """``agent.program``: a function that imports, on the turn-synchronous schedule, with an estimator that trains
+    a row per turn (an episode's requests may not extend each other)."""
     from agentfly_envs.user_code import UserCodeError, load_function
 
     if config.agent.program is None:
@@ -97,6 +98,14 @@ def _validate_program(config: TrainConfig) -> None:
         raise ConfigError(
             "agent.program runs its episodes as whole programs: off-policy training (async_training.enable=true) "
             "is not served for them; set async_training.enable=false"
+        )
+    algorithm = config.algorithm
+    if not chosen(algorithm, "adv_estimator").compares_responses or algorithm.use_kl_in_reward:
+        raise ConfigError(
+            "agent.program trains a row per request where a program rewrites its history, with its episode's "
+            "advantage, which needs an estimator of whole responses (grpo, rloo, ...) and "
+            f"algorithm.use_kl_in_reward=false; got adv_estimator={algorithm.adv_estimator}, "
+            f"use_kl_in_reward={algorithm.use_kl_in_reward}"
         )
 
 

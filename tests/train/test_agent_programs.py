@@ -193,6 +193,15 @@ def test_an_unknown_program_is_one_config_error_line(program, error, capsys):
     assert capsys.readouterr().err == f"config error: agent.program: {error}\n"
 
 
+def test_a_program_with_an_estimator_of_turns_or_off_policy_is_one_config_error_line(capsys):
+    program = "agent.program=examples/programs/openai_sdk.py:solve"
+    assert main(["--config", "quickstart", "--dry-run", program, "algorithm.adv_estimator=gae"]) == 2
+    assert capsys.readouterr().err.startswith("config error: agent.program trains a row per request where a program "
+                                              "rewrites its history")  # fmt: skip
+    assert main(["--config", "quickstart", "--dry-run", program, "async_training.enable=true"]) == 2
+    assert "off-policy training (async_training.enable=true) is not served" in capsys.readouterr().err
+
+
 def final_answer_call(action):
     """smolagents' way to answer: a call of its ``final_answer`` tool (for a golden answer turn)."""
     if not isinstance(action, str):
