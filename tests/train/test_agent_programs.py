@@ -21,6 +21,9 @@ from tests.helpers.programs import SEEN, ScriptedTurns
 from tests.helpers.readme import readme_command, runs_readme_command
 from tests.helpers.runs import step_records
 
+pytest.importorskip("aiohttp", reason='needs the "programs" extra')
+pytest.importorskip("openai", reason='needs the "programs" extra')
+
 CALCULATOR = load_function("examples/programs/openai_sdk.py:solve").__globals__["CALCULATOR"]
 TOKENIZERS = Path.home() / ".cache" / "agentfly-tokenizers"
 BUDGETS = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=512)
