@@ -65,6 +65,22 @@ def import_user_module(spec: str) -> ModuleType:
         raise UserCodeError(f"{spec!r}: cannot import it ({_one_line(error)})") from None
 
 
+def load_function(spec: str) -> Callable[..., Any]:
+    """The function ``spec`` names: ``module.name:function`` or ``path/to/file.py:function`` (e.g. an agent program,
+    ``agent.program``).
+
+    Raises:
+        UserCodeError: no ``:``, the module or file cannot be imported, or it has no such function (one line).
+    """
+    module_name, colon, function = spec.rpartition(":")
+    if not colon or not module_name or not function:
+        raise UserCodeError(f"{spec!r}: name a function as <module or path/file.py>:<function>")
+    fn = getattr(import_user_module(module_name), function, None)
+    if not callable(fn):
+        raise UserCodeError(f"{module_name!r} has no function {function!r}")
+    return fn
+
+
 def reward_from_function(fn: Callable[..., Any]) -> Callable[[str, GroundTruth], RewardResult]:
     """A reward with agentfly's signature (:data:`agentfly_envs.rewards.RewardFunction`) from a user's function.
 

@@ -29,6 +29,7 @@ from agentfly_train.tiny_policies import TINY_POLICIES
 
 if TYPE_CHECKING:
     from agentfly_train.critic import CriticSettings
+    from agentfly_train.programs import ProgramSettings
     from agentfly_train.trl_args import RLSettings
 
 
@@ -84,6 +85,7 @@ def agent_rollout(
         async_episodes=async_episodes,
         retries=rollout.retries,
         max_infra_failure_rate=rollout.max_infra_failure_rate,
+<<<<<<< HEAD
         judge=judge,
     )
 
@@ -113,6 +115,21 @@ def judge_rewards(config: TrainConfig) -> JudgeRewards | None:
         judge.client.close()
         raise ConfigError(f"reward.judge.url: {error}") from None
     return JudgeRewards(judge)
+=======
+        program=agent_program(config),
+    )
+
+
+def agent_program(config: TrainConfig) -> ProgramSettings | None:
+    """The configured agent program (``agent.program``, checked when the configuration was), or ``None``."""
+    from agentfly_envs.user_code import load_function
+    from agentfly_train.programs import ProgramSettings
+
+    spec = config.agent.program
+    if spec is None:
+        return None
+    return ProgramSettings(load_function(spec), spec, config.agent.program_timeout, config.model_path)
+>>>>>>> agent-programs
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,13 @@ class AgentConfig:
         image_max_pixels: Largest image the policy sees, in pixels (width x height): the image processor scales a
             larger screenshot down (aspect kept, sides in multiples of its patch size) for rollouts and the loss
             alike; ``null``: the processor's own limit.
+        program: The user's agent, ``<module or path/file.py>:<function>``, played instead of the trainer's turn loop:
+            called (sync or async) with ``endpoint`` (``base_url``, ``api_key``, ``model``: an OpenAI-compatible
+            ``/v1/chat/completions`` served from the policy, one per episode) and ``task`` (the row), it returns a
+            float reward or a string answer the env scores against the row (:mod:`agentfly_train.programs`; each
+            choice a request samples is a turn of ``max_turns``); ``null``: the trainer's own turn loop.
+        program_timeout: Seconds an episode's program may run; one that runs longer scores 0 (counted in
+            ``reward/errors``).
     """
 
     env: str | None = None
@@ -130,6 +137,8 @@ class AgentConfig:
     imports: list[str] = field(default_factory=list)
     max_images: int | None = setting(None, NonNegative(" (null: no cap)"))
     image_max_pixels: int | None = setting(None, Positive(allow_none=True))
+    program: str | None = None
+    program_timeout: float = setting(300.0, Positive())
 
     @property
     def sees_images(self) -> bool:

@@ -9,6 +9,7 @@ nothing of ``agentfly_train`` outside it.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,35 @@ def validate(config: TrainConfig) -> None:
     _validate_env_runtime(rollout)
     _validate_algorithm(config)
     _validate_async_training(config, backend, name)
+    _validate_program(config)
+
+
+def _validate_program(config: TrainConfig) -> None:
+    """``agent.program``: a function that imports, on the turn-synchronous schedule, with an estimator that trains
+    a row per turn (an episode's requests may not extend each other)."""
+    from agentfly_envs.user_code import UserCodeError, load_function
+
+    if config.agent.program is None:
+        return
+    if importlib.util.find_spec("aiohttp") is None:
+        raise ConfigError('agent.program: its endpoint needs aiohttp: pip install -e ".[programs]"')
+    try:
+        load_function(config.agent.program)
+    except UserCodeError as error:
+        raise ConfigError(f"agent.program: {error}") from None
+    if config.async_training.enable:
+        raise ConfigError(
+            "agent.program runs its episodes as whole programs: off-policy training (async_training.enable=true) "
+            "is not served for them; set async_training.enable=false"
+        )
+    algorithm = config.algorithm
+    if not chosen(algorithm, "adv_estimator").compares_responses or algorithm.use_kl_in_reward:
+        raise ConfigError(
+            "agent.program trains a row per request where a program rewrites its history, with its episode's "
+            "advantage, which needs an estimator of whole responses (grpo, rloo, ...) and "
+            f"algorithm.use_kl_in_reward=false; got adv_estimator={algorithm.adv_estimator}, "
+            f"use_kl_in_reward={algorithm.use_kl_in_reward}"
+        )
 
 
 def check_fields(section: Any, prefix: str = "") -> None:

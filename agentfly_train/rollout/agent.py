@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agentfly_envs.runtime import EnvPool
 from agentfly_train.generation.base import GenerationBackend, SamplingParams
@@ -15,6 +15,24 @@ from agentfly_train.rollout.codec import ChatCodec
 from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, rewrites_context, summarize
 from agentfly_train.rollout.judging import JudgeRewards
 from agentfly_train.rollout.sync import run_rollouts
+
+
+class EpisodePlayer(Protocol):
+    """Plays whole episodes its own way instead of the turn loop (an agent program,
+    :class:`~agentfly_train.programs.ProgramSettings`)."""
+
+    def play(
+        self,
+        envs: Sequence[Any],
+        tasks: Sequence[Mapping[str, Any]],
+        backend: GenerationBackend,
+        codec: ChatCodec,
+        budgets: RolloutBudgets,
+        params: SamplingParams,
+        timing: EngineTime | None = None,
+    ) -> list[Trajectory]:
+        """One finished trajectory per ``(env, task)``, in order."""
+        ...
 
 
 @dataclass
@@ -37,6 +55,8 @@ class AgentRollout:
             ``group_rank``), or ``None`` (the env's reward scores them).
         health: The pool's health-check counts summed over the batches run since the trainer last took them
             (``restarted`` hosts, ``servers_down``; see :meth:`run`).
+        program: The user's agent program, played instead of the turn loop (``agent.program``,
+            :meth:`~agentfly_train.programs.ProgramSettings.play`), or ``None``.
     """
 
     pool: EnvPool
@@ -50,13 +70,17 @@ class AgentRollout:
     max_infra_failure_rate: float = 1.0
     judge: JudgeRewards | None = None
     health: Counter[str] = field(default_factory=Counter)
+    program: EpisodePlayer | None = None
 
     @property
     def turn_rows(self) -> int | None:
         """Rows per episode when each turn trains in its own context (the turn budget), or ``None`` for one row per
         episode: the context is rewritten between turns when the codec drops past reasoning or when screenshots
-        beyond ``budgets.max_images`` are dropped (:func:`~agentfly_train.rollout.training_rows`)."""
-        return self.budgets.max_turns if rewrites_context(self.codec, self.budgets.max_images) else None
+        beyond ``budgets.max_images`` are dropped (:func:`~agentfly_train.rollout.training_rows`), or with an agent
+        program, whose requests need not extend each other (an episode whose requests did is its one growing row,
+        :attr:`~agentfly_train.rollout.Trajectory.grows`)."""
+        rewrites = self.program is not None or rewrites_context(self.codec, self.budgets.max_images)
+        return self.budgets.max_turns if rewrites else None
 
     def run(
         self,
@@ -69,6 +93,8 @@ class AgentRollout:
         and judged when a :attr:`judge` scores them; ``timing`` accumulates the engine's busy and idle time."""
         self.check_health()
         envs = self.pool.take(len(tasks))
+        if self.program is not None:
+            return self.program.play(envs, tasks, backend, self.codec, self.budgets, params, timing)
         loop = run_rollouts_async if self.async_episodes and backend.streams else run_rollouts
         trajectories = loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries)
         if self.judge is not None:

@@ -3,6 +3,7 @@ writing of the model's own tool-call format."""
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -90,6 +91,16 @@ class ChatCodec:
         """One line: the template, the tool-call format and the round-trip check (set by whoever checked it)."""
         self.note: str | None = None
         """A ``note:`` for the user about the template chosen, or ``None``."""
+
+    def with_tools(self, tools: list[dict[str, Any]] | None) -> ChatCodec:
+        """This codec rendering ``tools`` into prompts and reading calls of them (a copy; itself when they are its
+        own): an agent program's request names its tools."""
+        if tools == self.tools:
+            return self
+        codec = copy.copy(self)
+        codec.tools = tools
+        codec.__dict__.pop("_header", None)  # the cached generation prompt shows the tools
+        return codec
 
     @property
     def stop_token_ids(self) -> list[int]:

@@ -157,6 +157,7 @@ class Trajectory:
     turn_spans: list[TurnSpan] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
     images: list[Any] = field(default_factory=list)
+    grows: bool = False
 
     def __post_init__(self) -> None:
         self.context_ids = self.context_ids or [*self.prompt_ids, *self.completion_ids]
@@ -394,7 +395,8 @@ def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) 
             number (the turn budget; past reasoning or old screenshots dropped): that many rows per episode, one per
             turn, each the context the turn was sampled after (``prompt_ids``) and its sampled tokens (with their
             ``env_mask``: 1, or where a golden demonstration masks some out of its loss); a turn the
-            episode did not take is a row of one token with ``env_mask = 0`` (nothing trained). An
+            episode did not take is a row of one token with ``env_mask = 0`` (nothing trained); an episode that
+            :attr:`~Trajectory.grows` is its one row, then such rows. An
             :attr:`~Trajectory.excluded` episode's rows have ``env_mask = 0`` throughout: nothing of it is trained.
 
     Returns:
@@ -417,13 +419,13 @@ def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) 
         if not t.completion_ids:  # every reset failed (excluded): one untrained token stands for it, as TRL needs
             t = replace(t, prompt_ids=t.prompt_ids or [0], completion_ids=[0], logprobs=[0.0], env_mask=[0])
         env_mask = [0] * len(t.env_mask) if t.excluded else t.env_mask
-        if turns is None:
+        if turns is None or t.grows:
             add(t.prompt_ids, t.completion_ids, t.logprobs, env_mask, t.reward)
-            continue
-        for span in t.turn_spans[:turns]:
+        spans = [] if turns is None or t.grows else t.turn_spans[:turns]
+        for span in spans:
             start, end = span.start, span.end
             add(span.context, t.completion_ids[start:end], t.logprobs[start:end], env_mask[start:end], t.reward)
-        for _ in range(turns - len(t.turn_spans)):
+        for _ in range(0 if turns is None else turns - (1 if t.grows else len(spans))):
             add(t.prompt_ids, (t.completion_ids or t.prompt_ids)[-1:], [0.0], [0], t.reward)
     return rows
 

@@ -344,6 +344,28 @@ def test_rollout_throughput_benchmark(readme, tmp_path):
     assert f"ratio {engines[-2]}/trl" in out
 
 
+@pytest.mark.slow
+@runs_readme_command(
+    "python benchmarks/agent_programs.py --episodes 1 16 64 --repeats 3 --json benchmarks/results/agent_programs.json"
+)
+def test_agent_programs_benchmark(readme, tmp_path):
+    pytest.importorskip("aiohttp", reason='needs the "programs" extra')
+    result_file = tmp_path / "programs.json"
+    sizes = {"--episodes": "2", "--repeats": "1", "--json": str(result_file)}
+    out = run_script(*readme_command(readme, sizes, ["--rounds", "2", "--max-tokens", "4"]).argv[1:])
+    figures = json.loads(result_file.read_text())
+    for name in ("fixed 2", "hf 2"):
+        row = figures["overhead"][name]
+        assert row["requests"] == 4
+        assert row["ratio endpoint/direct"] == pytest.approx(row["endpoint_s"] / row["direct_s"])
+        served, called = row["sampled_tokens endpoint, direct"]  # greedy: the same tokens both ways
+        assert served == called <= 16 and (served == 16 or name == "hf 2")  # 2 episodes x 2 requests x 4 tokens
+    ratio = figures["throughput"]["ratio program/turn loop"]["tokens_per_s"]
+    assert ratio == pytest.approx(figures["throughput"]["program"]["tokens_per_s"]
+                                  / figures["throughput"]["turn loop"]["tokens_per_s"])  # fmt: skip
+    assert "openai SDK agent vs turn loop" in out
+
+
 @pytest.mark.long
 @pytest.mark.slow
 @runs_readme_command(
