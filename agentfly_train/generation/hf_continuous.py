@@ -141,9 +141,9 @@ class HFContinuousBackend(HFGenerationBackend):
     @classmethod
     def build(cls, config: TrainConfig, policy: Policy) -> HFGenerationBackend:
         """The backend of a run, its cache sized for the episodes a rollout step holds in flight (an off-policy
-        schedule's too, or a validation batch) at ``rollout.response_length`` tokens past the prompt; the padded backend, with a
-        one-line note on stderr, where continuous batching cannot run (:func:`unsupported`, or a vision-language
-        policy)."""
+        schedule's too, or a validation batch) at ``rollout.response_length`` tokens past the prompt; the padded
+        backend, with a one-line note on stderr, where continuous batching cannot run (:func:`unsupported`, or a
+        vision-language policy)."""
         reason = unsupported(policy.model, torch.device(policy.device))
         if reason is None and policy.images is not None:
             reason = "a vision-language policy's prompts hold images, which the manager does not take"

@@ -330,18 +330,20 @@ def test_rollout_throughput_benchmark(readme, tmp_path):
                                              "--max-turns", "2"])  # fmt: skip
     out = run_script(*command.argv[1:], quiet=True)
     summary = json.loads(result_file.read_text())["summary"]
-    engines = ("agentfly", "agentfly-vllm-sync", "agentfly-vllm-async", "trl") if vllm else ("agentfly", "trl")
+    ours = ("agentfly", "agentfly-continuous", *(("agentfly-vllm-sync", "agentfly-vllm-async") if vllm else ()))
+    engines = (*ours, "trl", "trl-continuous")
     assert set(engines) <= set(summary)
     for name in engines:
         row = summary[name]
         assert row["episodes_per_s"] * row["seconds"] == pytest.approx(4)  # --episodes 4 in one batch
         assert row["tokens_per_s"] == pytest.approx(row["tokens_per_episode"] * row["episodes_per_s"])
         assert 1 <= row["tokens_per_episode"] <= 64  # --response-length 64 budgets an episode's sampled tokens
-    for name in engines[:-1]:
+    for name in ours:
         assert 0 <= summary[name]["engine_idle_fraction"] < 1
-        ratio = summary[f"ratio {name}/trl"]["tokens_per_s"]
-        assert ratio == pytest.approx(summary[name]["tokens_per_s"] / summary["trl"]["tokens_per_s"])
-    assert f"ratio {engines[-2]}/trl" in out
+        for baseline in ("trl", "trl-continuous"):
+            ratio = summary[f"ratio {name}/{baseline}"]["tokens_per_s"]
+            assert ratio == pytest.approx(summary[name]["tokens_per_s"] / summary[baseline]["tokens_per_s"])
+    assert f"ratio {ours[-1]}/trl-continuous" in out
 
 
 @pytest.mark.long
