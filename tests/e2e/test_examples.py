@@ -312,6 +312,8 @@ def test_world_throughput_benchmark_on_scienceworld(readme, tmp_path):
     "--json benchmarks/results/rollout_throughput.json",
     "python benchmarks/rollout_throughput.py --episodes 64 --repeats 5 --greedy "
     "--json benchmarks/results/rollout_throughput_greedy.json",
+    "python benchmarks/rollout_throughput.py --episodes 64 --repeats 3 "
+    "--json benchmarks/results/rollout_continuous.json",
     "python benchmarks/rollout_throughput.py --vllm --episodes 64 --repeats 3 "
     "--json benchmarks/results/rollout_vllm.json",
     "python benchmarks/rollout_throughput.py --vllm --episodes 64 --repeats 3 --tool-latency-ms 50 200 "

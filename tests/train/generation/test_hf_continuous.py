@@ -18,6 +18,7 @@ from agentfly_train.generation.hf_continuous import CacheSize, HFContinuousBacke
 from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts, training_rows
 from agentfly_train.rollout.stream import EpisodeStream, run_to_end
 from agentfly_train.tiny_model import build_model
+from tests.helpers.logprobs import assert_logprobs_are_a_forward_pass_at_the_temperature
 from tests.helpers.runs import quickstart_config
 
 ENV_ID = "agentfly/Arith-Calc"
@@ -66,20 +67,10 @@ def test_logprobs_equal_a_forward_pass_at_the_sampling_temperature(tiny_tokenize
     """The padded backend's test, on the manager: same prompts, same bound."""
     model = build_model(tiny_tokenizer, hidden_size=32, seed=2)
     backend = continuous(model, tiny_tokenizer)
-    prompts = [tiny_tokenizer("Ava has 3 boxes")["input_ids"], tiny_tokenizer("Hi")["input_ids"]]
     try:
-        generations = backend.generate(prompts, [10, 6], SamplingParams(temperature=0.7))
+        assert_logprobs_are_a_forward_pass_at_the_temperature(backend, model, tiny_tokenizer)
     finally:
         backend.close()
-    assert [len(g.token_ids) <= b for g, b in zip(generations, [10, 6], strict=True)] == [True, True]
-    model.eval()
-    for prompt, generation in zip(prompts, generations, strict=True):
-        ids = torch.tensor([prompt + generation.token_ids])
-        with torch.no_grad():
-            logits = model(ids).logits[0, len(prompt) - 1 : -1]
-        expected = torch.log_softmax(logits / 0.7, dim=-1).gather(1, torch.tensor(generation.token_ids)[:, None])
-        assert generation.logprobs == pytest.approx(expected.squeeze(1).tolist(), abs=1e-4)
-        assert generation.stopped == (generation.token_ids[-1] == tiny_tokenizer.eos_token_id)
 
 
 def test_greedy_streamed_episodes_equal_the_padded_backends_token_for_token(episodes):
