@@ -73,6 +73,7 @@ def test_logprobs_equal_a_forward_pass_at_the_sampling_temperature(tiny_tokenize
         backend.close()
 
 
+@pytest.mark.slow  # a manager's thread and its first forward passes, and real episodes
 def test_greedy_streamed_episodes_equal_the_padded_backends_token_for_token(episodes):
     """Streamed on the manager (each turn a request as its env step returns) against turn-synchronous on the padded
     backend: the same tokens, log-probabilities, masks and rewards, per-turn budgets and stop tokens included."""
@@ -96,6 +97,7 @@ def test_greedy_streamed_episodes_equal_the_padded_backends_token_for_token(epis
         assert streamed.finish_reason == synchronous.finish_reason and streamed.reward == synchronous.reward
 
 
+@pytest.mark.slow  # a manager's thread and its first forward passes, and real episodes
 def test_a_slow_tool_finishes_episodes_out_of_order_and_the_same_rows_are_trained(episodes):
     """Episode 0's tool takes 0.5 s a step: streamed, the other episodes finish first; under greedy decoding the
     training rows are the turn-synchronous rollout's."""
@@ -124,6 +126,7 @@ def test_a_slow_tool_finishes_episodes_out_of_order_and_the_same_rows_are_traine
         assert row_have == pytest.approx(row_want, abs=1e-4)
 
 
+@pytest.mark.slow  # a manager's thread and its first forward passes, and real episodes
 def test_a_weight_change_with_turns_in_flight_samples_them_again_with_the_new_weights(tiny_tokenizer):
     """An optimiser step between two engine steps (an off-policy schedule's partial rollout): the turns in flight are
     sampled from their start with the new weights, token for token what the padded backend samples with them."""
