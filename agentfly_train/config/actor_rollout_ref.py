@@ -149,6 +149,12 @@ class RolloutConfig:
         name: Generation backend, a name in :data:`agentfly_train.generation.GENERATION_BACKENDS`: ``hf``
             (transformers ``generate``) or ``vllm`` (with ``mode=server``: ``vllm_server``, which may also be named
             directly).
+        hf_engine: The ``hf`` backend's engine: ``padded`` (``generate`` on a left-padded batch of the active episodes,
+            once per turn) or ``continuous`` (transformers' continuous batching: each episode's next turn is a
+            request of its own, submitted when its env step returns; a paged KV cache, no padding; episodes then
+            stream as on vLLM, ``async_episodes`` on by default). Where continuous batching cannot run (a device other
+            than CPU or CUDA, an attention implementation other than SDPA or flash, a vision-language policy) the
+            padded engine runs and the run says so in one line.
         response_length: Token budget of a whole multi-turn completion (sampled + observation tokens).
         temperature: Sampling temperature for training rollouts.
         top_p: Nucleus sampling.
@@ -192,14 +198,15 @@ class RolloutConfig:
             failures; above it the run saves a checkpoint and stops with one line naming the failing part, instead
             of training on what is left.
         async_episodes: Each episode at its own pace: its next turn goes to the engine as soon as its env step
-            returns, and the engine batches whatever is pending (``null``: on with vLLM; the HF backend is turn by
-            turn only).
+            returns, and the engine batches whatever is pending (``null``: on with vLLM and with
+            ``hf_engine=continuous``; the padded HF engine is turn by turn only).
         log_prob_micro_batch_size_per_gpu: verl's sequences per forward pass when log-probabilities are
             recomputed; accepted and ignored (a run says so): TRL recomputes them in chunks of
             ``actor.ppo_micro_batch_size_per_gpu``.
     """
 
     name: str = "hf"
+    hf_engine: str = setting("padded", OneOf(("padded", "continuous")))
     response_length: int = setting(256, Positive())
     temperature: float = setting(1.0, NonNegative())
     top_p: float = 1.0

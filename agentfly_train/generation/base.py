@@ -216,12 +216,17 @@ class BackendRegistry(Registry[type[GenerationBackend]]):
     """``rollout.mode``: the engine in the training processes, or started separately as a server."""
     served: ClassVar[dict[str, str]] = {"vllm": "vllm_server"}
     """A backend -> the backend that samples from it started as a server (``rollout.mode=server``)."""
+    hf_engines: ClassVar[dict[str, str]] = {"padded": "hf", "continuous": "hf_continuous"}
+    """``rollout.hf_engine`` -> the backend ``hf`` stands for: ``generate`` on a left-padded batch per turn, or
+    transformers' continuous batching, each episode's turn a request of its own."""
 
     def chosen(self, rollout: RolloutConfig, requested: str | None = None) -> str:
         """The registered name of the backend a run uses: ``requested`` (``agent.backend``) if set, else
-        ``rollout.name``, resolved through :attr:`aliases` and, with ``rollout.mode=server``, :attr:`served`."""
+        ``rollout.name``, resolved through :attr:`aliases`, ``hf`` through ``rollout.hf_engine`` (:attr:`hf_engines`)
+        and, with ``rollout.mode=server``, :attr:`served`."""
         name = requested or rollout.name
         name = self.aliases.get(name, name)
+        name = self.hf_engines.get(rollout.hf_engine, name) if name == "hf" else name
         return self.served.get(name, name) if rollout.mode == "server" else name
 
     def check_choice(self, rollout: RolloutConfig, requested: str | None = None) -> type[GenerationBackend]:
@@ -233,6 +238,7 @@ class BackendRegistry(Registry[type[GenerationBackend]]):
         if requested in self.refused:
             raise ConfigError(f"agent.backend={requested} {self.refused[requested]}")
         check_choice("actor_rollout_ref.rollout.mode", rollout.mode, self.modes)
+        check_choice("actor_rollout_ref.rollout.hf_engine", rollout.hf_engine, tuple(self.hf_engines))
         return registered("actor_rollout_ref.rollout.name / agent.backend", self, self.chosen(rollout, requested))
 
     def async_episodes(self, rollout: RolloutConfig, requested: str | None = None) -> bool:
@@ -247,6 +253,7 @@ GENERATION_BACKENDS = BackendRegistry(
 """Backends by the name ``actor_rollout_ref.rollout.name`` gives (:meth:`BackendRegistry.chosen`); ours are entry
 points, imported when chosen."""
 GENERATION_BACKENDS.add_entry_point("hf", "agentfly_train.generation.hf:HFGenerationBackend")
+GENERATION_BACKENDS.add_entry_point("hf_continuous", "agentfly_train.generation.hf_continuous:HFContinuousBackend")
 GENERATION_BACKENDS.add_entry_point("vllm", "agentfly_train.generation.vllm:VLLMGenerationBackend")
 GENERATION_BACKENDS.add_entry_point("vllm_server", "agentfly_train.generation.vllm_server:VLLMServerBackend")
 

@@ -312,6 +312,10 @@ def test_world_throughput_benchmark_on_scienceworld(readme, tmp_path):
     "--json benchmarks/results/rollout_throughput.json",
     "python benchmarks/rollout_throughput.py --episodes 64 --repeats 5 --greedy "
     "--json benchmarks/results/rollout_throughput_greedy.json",
+    "python benchmarks/rollout_throughput.py --continuous --episodes 64 --repeats 3 "
+    "--json benchmarks/results/rollout_continuous.json",
+    "python benchmarks/rollout_throughput.py --continuous --episodes 32 --repeats 2 --tool-latency-ms 50 200 "
+    "--json benchmarks/results/rollout_continuous_slow_tool.json",
     "python benchmarks/rollout_throughput.py --vllm --episodes 64 --repeats 3 "
     "--json benchmarks/results/rollout_vllm.json",
     "python benchmarks/rollout_throughput.py --vllm --episodes 64 --repeats 3 --tool-latency-ms 50 200 "
@@ -330,18 +334,23 @@ def test_rollout_throughput_benchmark(readme, tmp_path):
                                              "--max-turns", "2"])  # fmt: skip
     out = run_script(*command.argv[1:], quiet=True)
     summary = json.loads(result_file.read_text())["summary"]
-    engines = ("agentfly", "agentfly-vllm-sync", "agentfly-vllm-async", "trl") if vllm else ("agentfly", "trl")
+    continuous = "--continuous" in readme
+    ours = ("agentfly", *(("agentfly-continuous",) if continuous else ()),
+            *(("agentfly-vllm-sync", "agentfly-vllm-async") if vllm else ()))  # fmt: skip
+    theirs = ("trl", "trl-continuous") if continuous else ("trl",)
+    engines = (*ours, *theirs)
     assert set(engines) <= set(summary)
     for name in engines:
         row = summary[name]
         assert row["episodes_per_s"] * row["seconds"] == pytest.approx(4)  # --episodes 4 in one batch
         assert row["tokens_per_s"] == pytest.approx(row["tokens_per_episode"] * row["episodes_per_s"])
         assert 1 <= row["tokens_per_episode"] <= 64  # --response-length 64 budgets an episode's sampled tokens
-    for name in engines[:-1]:
+    for name in ours:
         assert 0 <= summary[name]["engine_idle_fraction"] < 1
-        ratio = summary[f"ratio {name}/trl"]["tokens_per_s"]
-        assert ratio == pytest.approx(summary[name]["tokens_per_s"] / summary["trl"]["tokens_per_s"])
-    assert f"ratio {engines[-2]}/trl" in out
+        for baseline in theirs:
+            ratio = summary[f"ratio {name}/{baseline}"]["tokens_per_s"]
+            assert ratio == pytest.approx(summary[name]["tokens_per_s"] / summary[baseline]["tokens_per_s"])
+    assert f"ratio {ours[-1]}/{theirs[-1]}" in out
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from agentfly_train.rollout import (
 from agentfly_train.rollout.stream import BatchedRequests
 from agentfly_train.tiny_model import build_model
 from agentfly_train.train import run
+from tests.helpers.logprobs import assert_logprobs_are_a_forward_pass_at_the_temperature
 from tests.helpers.runs import LEARNING_TASKS, quickstart_config
 from tests.helpers.scripted import ScriptedPolicy, golden_scripts
 from tests.helpers.tools import NAP
@@ -133,18 +134,7 @@ def test_real_model_sampled_ids_are_exactly_the_trained_ids(setup):
 def test_hf_backend_logprobs_equal_a_forward_pass_at_the_sampling_temperature(tiny_tokenizer):
     model = build_model(tiny_tokenizer, hidden_size=32, seed=2)
     backend = HFGenerationBackend.for_model(model, tiny_tokenizer.pad_token_id, [tiny_tokenizer.eos_token_id])
-    prompts = [tiny_tokenizer("Ava has 3 boxes")["input_ids"], tiny_tokenizer("Hi")["input_ids"]]
-    torch.manual_seed(0)
-    generations = backend.generate(prompts, [10, 6], SamplingParams(temperature=0.7))
-    assert [len(g.token_ids) <= b for g, b in zip(generations, [10, 6], strict=True)] == [True, True]
-    model.eval()
-    for prompt, generation in zip(prompts, generations, strict=True):
-        ids = torch.tensor([prompt + generation.token_ids])
-        with torch.no_grad():
-            logits = model(ids).logits[0, len(prompt) - 1 : -1]
-        expected = torch.log_softmax(logits / 0.7, dim=-1).gather(1, torch.tensor(generation.token_ids)[:, None])
-        assert generation.logprobs == pytest.approx(expected.squeeze(1).tolist(), abs=1e-4)
-        assert generation.stopped == (generation.token_ids[-1] == tiny_tokenizer.eos_token_id)
+    assert_logprobs_are_a_forward_pass_at_the_temperature(backend, model, tiny_tokenizer)
 
 
 def test_greedy_generation_is_deterministic_and_left_padding_does_not_change_it(tiny_tokenizer):

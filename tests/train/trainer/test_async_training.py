@@ -268,3 +268,27 @@ def test_one_step_off_on_vllm_through_the_cli(tmp_path):
         assert all(key in s for s in steps), key
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert sum("val/accuracy" in r for r in records) == 2  # before and after training, through the stream
+
+
+@pytest.mark.slow  # two RL steps through the CLI
+def test_the_asynchronous_schedule_on_continuous_batching_through_the_cli(tmp_path):
+    """The HF backend on transformers' continuous batching under the off-policy schedule, pumped by the trainer,
+    on-policy settings: two steps, the sampler's log-probs the trainer's (the gap ``rollout_is`` logs), metrics."""
+    overrides = [
+        *TINY_RUN,
+        "actor_rollout_ref.rollout.hf_engine=continuous",
+        "algorithm.rollout_correction.rollout_is=token",  # logs the sampler's log-prob gap to the trainer's
+        "async_training.staleness_threshold=0",
+        "async_training.max_staleness=0",
+        "async_training.use_rollout_log_probs=false",
+        "trainer.total_training_steps=2",
+        f"trainer.default_local_dir={tmp_path}",
+    ]
+    done = run_cli([sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart", *overrides])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert noise_lines(done.stdout + done.stderr) == []
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    gaps = [r["rollout/logprob_diff_max"] for r in records if "rollout/logprob_diff_max" in r]
+    assert gaps and max(gaps) < 1e-3
+    assert [r["async/staleness_max"] for r in records if "async/staleness_max" in r] == [0] * len(gaps)
+    assert max(r["step"] for r in records) == 2
