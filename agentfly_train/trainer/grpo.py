@@ -260,7 +260,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             lam=self.rl.algorithm.lam,
             norm_adv_by_std_in_grpo=self.rl.algorithm.norm_adv_by_std_in_grpo,
             omega=self.rl.algorithm.gigpo.omega,
-            turn_gamma=self.rl.algorithm.gigpo.gamma,
+            turn_gamma=self.rl.algorithm.turn_gamma,
         )
         if turns is not None:
             advantages, returns = (on_turn_rows(x, turns, all_mask) for x in (advantages, returns))
