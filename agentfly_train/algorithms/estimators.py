@@ -39,22 +39,19 @@ class AdvantageEstimator:
     wherever the mask is. ``inputs`` names its keyword-only parameters, drawn from :data:`ESTIMATOR_INPUTS`,
     which :func:`compute_advantage` passes in. What the trainer must provide follows from them (a critic for
     ``values``, greedy rollouts for ``reward_baselines``); ``compares_responses`` says the estimator learns nothing
-    from a group of one response per prompt (``agent.num_chains >= 2``).
+    from a group of one response per prompt (``agent.num_chains >= 2``), ``reads_anchors`` that it reads the anchor
+    states of its ``turns`` (the rollout hashes every turn's context only then).
     """
 
     fn: Callable[..., tuple[Tensor, Tensor]]
     inputs: tuple[str, ...]
     compares_responses: bool = False
+    reads_anchors: bool = False
 
     @property
     def trains_critic(self) -> bool:
         """It takes a critic's ``values``: the trainer builds and trains a value model."""
         return "values" in self.inputs
-
-    @property
-    def credits_turns(self) -> bool:
-        """It takes ``turns``: each turn of an episode gets an advantage of its own (``gigpo``, ``grpo_turns``, ...)."""
-        return "turns" in self.inputs
 
     @property
     def needs_greedy_baseline(self) -> bool:
@@ -153,9 +150,12 @@ ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
 """Estimator name (``algorithm.adv_estimator``) -> estimator."""
 
 
-def register_advantage_estimator(name: str, *, compares_responses: bool = False) -> Callable[[Fn], Fn]:
-    """Decorator that files an estimator under ``name``; its keyword-only parameters say what it needs, and
-    ``compares_responses`` that it needs two or more responses per prompt (:class:`AdvantageEstimator`).
+def register_advantage_estimator(
+    name: str, *, compares_responses: bool = False, reads_anchors: bool = False
+) -> Callable[[Fn], Fn]:
+    """Decorator that files an estimator under ``name``; its keyword-only parameters say what it needs,
+    ``compares_responses`` that it needs two or more responses per prompt, ``reads_anchors`` that it reads
+    ``turns.anchors`` (:class:`AdvantageEstimator`).
 
     Raises:
         ValueError: ``name`` is taken, or the function asks for an input not in :data:`ESTIMATOR_INPUTS`.
@@ -167,7 +167,7 @@ def register_advantage_estimator(name: str, *, compares_responses: bool = False)
         unknown = sorted(set(inputs) - set(ESTIMATOR_INPUTS))
         if unknown:
             raise ValueError(f"estimator {name!r} asks for {unknown}; estimators can take {ESTIMATOR_INPUTS}.")
-        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(fn, inputs, compares_responses))
+        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(fn, inputs, compares_responses, reads_anchors))
         return fn
 
     return decorator
@@ -383,7 +383,7 @@ def gpg(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Te
     return _per_token(alpha * (scores.double() - mean), mask)
 
 
-@register_advantage_estimator("gigpo", compares_responses=True)
+@register_advantage_estimator("gigpo", compares_responses=True, reads_anchors=True)
 def gigpo(
     token_level_rewards: Tensor,
     mask: Tensor,
