@@ -61,10 +61,15 @@ def _leave_one_out(returns: Tensor, taken: Tensor, group: Tensor) -> tuple[Tenso
     groups = int(group.max()) + 1
     took = taken.to(returns.dtype)
     totals = torch.zeros(groups, returns.shape[1], dtype=returns.dtype, device=returns.device)
-    counts = torch.zeros_like(totals)
-    others = totals.index_add(0, group, returns * took).index_select(0, group) - returns * took  # (B, K)
-    count = counts.index_add(0, group, took).index_select(0, group) - took  # (B, K) other episodes at turn t
-    baseline = torch.where(taken & (count > 0), others / count.clamp(min=1), 0.0)
+    # Sums of R − (the largest R at t in the group), which are exact zeros where the group's returns at t are equal,
+    # so that such a turn gets exactly 0 (the shift cancels in R − b).
+    rows = group[:, None].expand_as(returns)
+    top = totals.scatter_reduce(0, rows, returns.masked_fill(~taken, -torch.inf), "amax", include_self=False)
+    shift = top.nan_to_num(posinf=0.0, neginf=0.0).index_select(0, group)  # (B, K)
+    shifted = (returns - shift) * took
+    others = totals.index_add(0, group, shifted).index_select(0, group) - shifted  # (B, K)
+    count = totals.index_add(0, group, took).index_select(0, group) - took  # (B, K) other episodes at turn t
+    baseline = torch.where(taken & (count > 0), others / count.clamp(min=1) + shift, 0.0)
     size = _per_row(torch.bincount(group).to(returns.dtype), group)  # (B,) n
     return baseline, torch.where(size > 1, (size - 1) / size, 1.0)
 

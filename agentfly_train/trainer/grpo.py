@@ -72,7 +72,7 @@ from agentfly_train.batch import (
 )
 from agentfly_train.critic import Critic, CriticSettings
 from agentfly_train.generation import Policy
-from agentfly_train.rollout import AgentRollout, TurnTable
+from agentfly_train.rollout import AgentRollout, Trajectory, TurnTable
 from agentfly_train.trainer.checkpointing import CheckpointMixin
 from agentfly_train.trainer.forwards import ForwardsMixin
 from agentfly_train.trainer.port import RolloutPort
@@ -147,6 +147,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         self._batch_baselines: list[float] = []
         self._batch_excluded: list[float] = []  # 1.0 per episode of the batch that ended on an infrastructure failure
         self._batch_turns = TurnTable([], [], [], [])  # the batch's turns: tokens, rewards, anchor states
+        self._batch_trajectories: list[Trajectory] = []  # the training batch's episodes, saved with their advantages
         self._train_samples_step, self._train_samples_written = -1, 0
         self._failures_noted: set[str] = set()  # reward and infrastructure failures printed, once per distinct message
         self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
@@ -262,6 +263,10 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             omega=self.rl.algorithm.gigpo.omega,
             turn_gamma=self.rl.algorithm.turn_gamma,
         )
+        if mode == "train":
+            episodes = len(self._batch_excluded)
+            mine = slice(self.accelerator.process_index * episodes, (self.accelerator.process_index + 1) * episodes)
+            self._save_train_samples(episode_turns.means(advantages, scored_mask)[mine].cpu())
         if turns is not None:
             advantages, returns = (on_turn_rows(x, turns, all_mask) for x in (advantages, returns))
         metrics["rollout/left_out"] = float(left_out.sum())

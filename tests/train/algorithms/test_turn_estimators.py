@@ -110,12 +110,13 @@ def test_gae_turns_values_a_turn_without_tokens_by_the_next_turns_first():
 
 
 @pytest.mark.parametrize("estimator", ["grpo_turns", "rloo_turns", "reinforce_plus_plus_turns"])
-def test_an_all_equal_group_gets_zero(estimator):
-    turns = alg.Turns(torch.tensor([[1, 1]] * 3), torch.tensor([[0.5, 1.0]] * 3), torch.tensor([[1, 2]] * 3),
-                      torch.ones(3, 2, dtype=torch.bool))  # fmt: skip
-    mask = torch.tensor([[1, 0, 1]] * 3)
-    advantages, _ = alg.compute_advantage(estimator, turns.token_rewards(mask), mask, index=[0] * 3, turns=turns,
-                                          turn_gamma=GAMMA)  # fmt: skip
+def test_an_all_equal_group_gets_exactly_zero(estimator):
+    # 0.3 + 0.95 · 0.7 and its sums are not exact in binary: the zero must not be a rounding residue that 1/ε inflates
+    turns = alg.Turns(torch.tensor([[1, 1]] * 4), torch.tensor([[0.3, 0.7]] * 4), torch.tensor([[1, 2]] * 4),
+                      torch.ones(4, 2, dtype=torch.bool))  # fmt: skip
+    mask = torch.tensor([[1, 0, 1]] * 4)
+    advantages, _ = alg.compute_advantage(estimator, turns.token_rewards(mask), mask, index=[0] * 4, turns=turns,
+                                          turn_gamma=0.95)  # fmt: skip
     assert torch.count_nonzero(advantages) == 0
 
 
