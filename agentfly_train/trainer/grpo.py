@@ -10,9 +10,10 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
   then replaces TRL's (B,) group-normalised advantages by (B, T) token-level ones: each turn's reward (the
   env's reward of its step) on its last sampled token, minus β·KL when ``use_kl_in_reward`` (controller updated
   with the KL of the batch gathered from all processes), through the configured estimator over the whole
-  gathered batch (groups are the ``num_generations`` rollouts of one prompt; ``gigpo`` also gets each turn's
-  tokens, reward and anchor context). With ``gae`` the critic computes values first and is
-  updated on the returns afterwards. Tool tokens (``env_mask = 0``) and padding get 0.
+  gathered batch (groups are the ``num_generations`` rollouts of one prompt; the estimators that credit turns get
+  each turn's tokens and reward, ``gigpo`` also its anchor context). With a critic (``gae``, ``gae_turns``) it
+  computes values first and is updated on the returns afterwards. Tool tokens (``env_mask = 0``) and padding get
+  0. The batch's first ``log_train_generations`` episodes are then saved with each turn's advantage.
 - ``_compute_loss``: the PPO clipped (dual-clip) policy loss, minus the entropy bonus, plus the KL loss, each
   aggregated with ``loss_agg_mode`` so that the micro-batches of an optimiser step add up to the step's loss.
   The exact (``full``) KL needs whole (b, T, V) logits, which TRL's fused LM head never forms: with it, the

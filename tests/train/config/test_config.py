@@ -436,7 +436,7 @@ def test_what_an_estimator_needs_comes_from_its_registration(monkeypatch):
         quickstart_config(["algorithm.adv_estimator=my_critic", "critic.optim.lr=0"])
     with pytest.raises(ConfigError, match=r"the critic's learning rate is constant"):
         quickstart_config(["algorithm.adv_estimator=my_critic", "critic.optim.lr_scheduler_type=cosine"])
-    with pytest.raises(ConfigError, match=r"only algorithm.adv_estimator=gae, my_critic has one"):
+    with pytest.raises(ConfigError, match=r"only algorithm.adv_estimator=gae, gae_turns, my_critic has one"):
         quickstart_config(["algorithm.adv_estimator=grpo", "trainer.critic_warmup=1"])
 
 
