@@ -392,3 +392,24 @@ def test_saved_episodes_carry_the_advantage_each_turn_trains_with(warm_policy, t
         differing += len(set(episode["turn_advantages"])) > 1
     assert differing, "no episode's turns got different advantages"
     _shut_down(trainer)
+
+
+@pytest.mark.slow
+def test_with_turn_rows_each_row_trains_with_its_turns_saved_advantage(warm_policy, tmp_path):
+    """``grpo_turns`` with past reasoning dropped (each turn its own row): every row's tokens get the advantage saved
+    for its turn."""
+    trainer = _trainer(warm_policy, tmp_path, "algorithm.adv_estimator=grpo_turns", "trainer.log_train_generations=8")
+    trainer.agent.codec.reasoning_end = "<tool_call>"  # as in the dropped-reasoning test above
+    turns = trainer.agent.turn_rows
+    inputs = trainer._generate_and_score_completions(_generation_batch(trainer))  # before TRL shuffles the rows
+    mask = loss_mask(inputs)
+    path = tmp_path / "train_samples" / "step_000001.jsonl"
+    episodes = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(episodes) * turns == mask.shape[0] == 16
+    for episode_index, episode in enumerate(episodes):
+        for turn, saved in enumerate(episode["turn_advantages"]):
+            row = episode_index * turns + turn
+            trained = inputs["advantages"][row][mask[row] == 1]
+            assert len(trained) > 0 and torch.allclose(trained, torch.full_like(trained, saved), atol=1e-6)
+    assert any(len(set(episode["turn_advantages"])) > 1 for episode in episodes)
+    _shut_down(trainer)
