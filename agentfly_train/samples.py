@@ -19,9 +19,16 @@ IMAGE_DIR = "images"
 """Where a sample file's screenshots go, in its directory (``train_samples/images/<digest>.png``)."""
 
 
-def write_samples(path: Path, trajectories: Sequence[Trajectory], append: bool = False) -> list[dict[str, Any]]:
+def write_samples(
+    path: Path,
+    trajectories: Sequence[Trajectory],
+    append: bool = False,
+    turn_advantages: Sequence[Sequence[float | None]] | None = None,
+) -> list[dict[str, Any]]:
     """Writes one :func:`~agentfly_train.rollout.trajectory_record` line per episode to ``path`` (appended to it with
-    ``append``) and returns the records written.
+    ``append``) and returns the records written. ``turn_advantages`` (training episodes: per episode, the advantage
+    of each turn, ``None`` for a turn that trained no token) goes into each record as ``turn_advantages``, beside its
+    ``turn_rewards``.
 
     An image part of a message is written ``{"type": "image", "size": [w, h], "file": "images/<digest>.png"}``, the
     file relative to ``path``'s directory and saved before the line that names it. Files are named by a digest of
@@ -30,6 +37,9 @@ def write_samples(path: Path, trajectories: Sequence[Trajectory], append: bool =
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     records = [_record(trajectory, path.parent) for trajectory in trajectories]
+    if turn_advantages is not None:
+        for record, advantages in zip(records, turn_advantages, strict=True):
+            record["turn_advantages"] = list(advantages)
     with path.open("a" if append else "w") as file:
         file.writelines(json.dumps(record) + "\n" for record in records)
     return records

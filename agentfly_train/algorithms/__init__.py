@@ -27,6 +27,8 @@ One module per job, each with its registry; every public name is importable from
 
 - :mod:`~agentfly_train.algorithms.estimators`: the advantage estimators (``ADVANTAGE_ESTIMATORS``) and
   :func:`compute_advantage`;
+- :mod:`~agentfly_train.algorithms.turn_estimators`: the estimators on discounted per-turn returns (``grpo_turns``,
+  ``rloo_turns``, ``reinforce_plus_plus_turns``, ``gae_turns``), filed in the same registry;
 - :mod:`~agentfly_train.algorithms.kl`: the KL penalties (``KL_PENALTIES``), :func:`full_kl`, the KL controllers
   (``KL_CONTROLLERS``) and the KL penalty in the reward;
 - :mod:`~agentfly_train.algorithms.losses`: loss aggregation (``LOSS_AGG_MODES``), the policy and value losses;
@@ -83,6 +85,7 @@ from agentfly_train.algorithms.rollout_correction import (
     rollout_gap_metrics,
     rollout_is_weights,
 )
+from agentfly_train.algorithms.turn_estimators import gae_turns, grpo_turns, reinforce_plus_plus_turns, rloo_turns
 from agentfly_train.algorithms.turns import Turns
 
 __all__ = [
@@ -104,11 +107,13 @@ __all__ = [
     "compute_advantage",
     "full_kl",
     "gae",
+    "gae_turns",
     "get_advantage_estimator",
     "gigpo",
     "gpg",
     "grpo",
     "grpo_passk",
+    "grpo_turns",
     "kl_penalty",
     "make_kl_controller",
     "opo",
@@ -117,8 +122,10 @@ __all__ = [
     "register_advantage_estimator",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
+    "reinforce_plus_plus_turns",
     "remax",
     "rloo",
+    "rloo_turns",
     "rollout_gap",
     "rollout_gap_metrics",
     "rollout_is_weights",

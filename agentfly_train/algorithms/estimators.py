@@ -39,22 +39,19 @@ class AdvantageEstimator:
     wherever the mask is. ``inputs`` names its keyword-only parameters, drawn from :data:`ESTIMATOR_INPUTS`,
     which :func:`compute_advantage` passes in. What the trainer must provide follows from them (a critic for
     ``values``, greedy rollouts for ``reward_baselines``); ``compares_responses`` says the estimator learns nothing
-    from a group of one response per prompt (``agent.num_chains >= 2``).
+    from a group of one response per prompt (``agent.num_chains >= 2``), ``reads_anchors`` that it reads the anchor
+    states of its ``turns`` (the rollout hashes every turn's context only then).
     """
 
     fn: Callable[..., tuple[Tensor, Tensor]]
     inputs: tuple[str, ...]
     compares_responses: bool = False
+    reads_anchors: bool = False
 
     @property
     def trains_critic(self) -> bool:
         """It takes a critic's ``values``: the trainer builds and trains a value model."""
         return "values" in self.inputs
-
-    @property
-    def credits_turns(self) -> bool:
-        """It takes ``turns``: each turn of an episode gets an advantage of its own (``algorithm.gigpo``)."""
-        return "turns" in self.inputs
 
     @property
     def needs_greedy_baseline(self) -> bool:
@@ -97,12 +94,16 @@ class AdvantageEstimator:
                 "sampled each group, which async_training.enable=true does not keep; use grpo, rloo or "
                 "reinforce_plus_plus"
             )
-        if not self.credits_turns and algorithm.gigpo != type(algorithm.gigpo)():
-            credit = ", ".join(other for other, entry in ADVANTAGE_ESTIMATORS.items() if entry.credits_turns)
-            raise ConfigError(
-                f"algorithm.gigpo.* sets the turn-level credit of algorithm.adv_estimator={credit}; got "
-                f"adv_estimator={name}: leave algorithm.gigpo at its defaults or pick that estimator"
-            )
+        for key, value, default, needs in (
+            ("algorithm.gigpo.*", algorithm.gigpo, type(algorithm.gigpo)(), "omega"),
+            ("algorithm.turn_gamma", algorithm.turn_gamma, type(algorithm)().turn_gamma, "turn_gamma"),
+        ):
+            if needs not in self.inputs and value != default:
+                users = ", ".join(other for other, entry in ADVANTAGE_ESTIMATORS.items() if needs in entry.inputs)
+                raise ConfigError(
+                    f"{key} is used by algorithm.adv_estimator={users} only; got adv_estimator={name}: leave it at "
+                    "its default or pick one of those"
+                )
         if self.trains_critic:
             _check_critic(config)
         elif config.trainer.critic_warmup:
@@ -149,9 +150,12 @@ ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry(
 """Estimator name (``algorithm.adv_estimator``) -> estimator."""
 
 
-def register_advantage_estimator(name: str, *, compares_responses: bool = False) -> Callable[[Fn], Fn]:
-    """Decorator that files an estimator under ``name``; its keyword-only parameters say what it needs, and
-    ``compares_responses`` that it needs two or more responses per prompt (:class:`AdvantageEstimator`).
+def register_advantage_estimator(
+    name: str, *, compares_responses: bool = False, reads_anchors: bool = False
+) -> Callable[[Fn], Fn]:
+    """Decorator that files an estimator under ``name``; its keyword-only parameters say what it needs,
+    ``compares_responses`` that it needs two or more responses per prompt, ``reads_anchors`` that it reads
+    ``turns.anchors`` (:class:`AdvantageEstimator`).
 
     Raises:
         ValueError: ``name`` is taken, or the function asks for an input not in :data:`ESTIMATOR_INPUTS`.
@@ -163,7 +167,7 @@ def register_advantage_estimator(name: str, *, compares_responses: bool = False)
         unknown = sorted(set(inputs) - set(ESTIMATOR_INPUTS))
         if unknown:
             raise ValueError(f"estimator {name!r} asks for {unknown}; estimators can take {ESTIMATOR_INPUTS}.")
-        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(fn, inputs, compares_responses))
+        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(fn, inputs, compares_responses, reads_anchors))
         return fn
 
     return decorator
@@ -379,7 +383,7 @@ def gpg(token_level_rewards: Tensor, mask: Tensor, *, group: Tensor) -> tuple[Te
     return _per_token(alpha * (scores.double() - mean), mask)
 
 
-@register_advantage_estimator("gigpo", compares_responses=True)
+@register_advantage_estimator("gigpo", compares_responses=True, reads_anchors=True)
 def gigpo(
     token_level_rewards: Tensor,
     mask: Tensor,
@@ -455,24 +459,25 @@ def compute_advantage(
     Args:
         estimator: A key of :data:`ADVANTAGE_ESTIMATORS`: ``gae``, ``grpo``, ``grpo_passk``,
             ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``, ``rloo``, ``remax``, ``opo``, ``gpg``,
-            ``gigpo``.
+            ``gigpo``, and those of :mod:`~agentfly_train.algorithms.turn_estimators` (``grpo_turns``, ``rloo_turns``,
+            ``reinforce_plus_plus_turns``, ``gae_turns``).
         token_level_rewards: (B, T) float, reward per response token; an outcome reward sits on the last
             sampled token of the episode. Outcome estimators score a response by the sum over all T positions.
         response_mask: (B, T) bool or 0/1, 1 = token sampled by the policy, 0 = padding or tool/env token.
         index: (B,) group labels, one per row (any hashables, e.g. prompt uids, or a 1-D tensor); rows with
             equal labels answer the same prompt and need not be adjacent. Needed by ``grpo``, ``grpo_passk``,
-            ``reinforce_plus_plus_baseline``, ``rloo``, ``opo``, ``gpg``, ``gigpo``.
-        values: (B, T) float, critic values V_t of the response tokens. Needed by ``gae``.
+            ``reinforce_plus_plus_baseline``, ``rloo``, ``opo``, ``gpg``, ``gigpo`` and the critic-free ``*_turns``.
+        values: (B, T) float, critic values V_t of the response tokens. Needed by ``gae`` and ``gae_turns``.
         reward_baselines: (B,) float, reward of a greedy rollout of each row's prompt. Needed by ``remax``.
         turns: Each row's turns: which of its valid tokens each owns, their rewards and anchor states
-            (:class:`~agentfly_train.algorithms.turns.Turns`, B rows). Needed by ``gigpo``.
+            (:class:`~agentfly_train.algorithms.turns.Turns`, B rows). Needed by ``gigpo`` and the ``*_turns``.
         gamma: Discount per valid token (masked tokens cost no discount step), for ``gae`` and
             ``reinforce_plus_plus``.
         lam: GAE's λ.
         norm_adv_by_std_in_grpo: Divide by the group std in ``grpo`` and ``grpo_passk`` (False: Dr. GRPO).
         epsilon: Added to the group std before dividing.
         omega: ``gigpo``'s weight of the step-level advantage.
-        turn_gamma: ``gigpo``'s discount per turn.
+        turn_gamma: Discount per turn of ``gigpo`` and the ``*_turns`` estimators.
 
     Returns:
         (advantages, returns), both (B, T) in ``token_level_rewards``' dtype, 0 on every masked token.

@@ -48,6 +48,29 @@ class Turns:
         values = per_turn.to(mask.device).gather(1, self.turn_of_tokens(mask))
         return values * mask.to(values.dtype)
 
+    def sums(self, x: Tensor, mask: Tensor) -> Tensor:
+        """(B, K) in ``x``'s dtype: the sum of ``x`` (B, T) over each turn's valid tokens of ``mask`` (B, T); 0 for a
+        turn without one (and for the slots past the episode's turns)."""
+        turn = self.turn_of_tokens(mask)
+        sums = torch.zeros(self.tokens.shape, dtype=x.dtype, device=x.device)
+        return sums.scatter_add_(1, turn, x * mask.to(x.dtype))
+
+    def means(self, x: Tensor, mask: Tensor) -> Tensor:
+        """(B, K) in ``x``'s dtype: the mean of ``x`` (B, T) over each turn's valid tokens of ``mask`` (B, T) (for an
+        advantage that is one value per turn, that value); NaN for a turn without valid tokens."""
+        count = self.tokens.to(x.device)
+        return torch.where(count > 0, self.sums(x, mask) / count.clamp(min=1).to(x.dtype), torch.nan)
+
+    def first_token_values(self, values: Tensor, mask: Tensor) -> Tensor:
+        """(B, K): ``values`` (B, T) at each turn's first valid token of ``mask`` (B, T). A turn without valid tokens
+        takes the value of the next valid token (the next turn's first); 0 where no valid token follows (past the
+        episode's last turn)."""
+        ordinal = mask.long().cumsum(-1).contiguous()  # (B, T)
+        first = (self.tokens.to(mask.device).cumsum(-1) - self.tokens.to(mask.device) + 1).contiguous()  # (B, K)
+        position = torch.searchsorted(ordinal, first).clamp(max=mask.shape[1] - 1)  # first position with that ordinal
+        reached = first <= ordinal[:, -1:]
+        return torch.where(reached, values.gather(1, position), 0.0)
+
     def token_rewards(self, mask: Tensor) -> Tensor:
         """(B, T) float32 (or the rewards' wider dtype): each turn's reward on its last valid token of ``mask`` (B, T),
         0 elsewhere. A turn without valid tokens puts its reward where the turn before it ended (position 0 for

@@ -32,6 +32,10 @@ WHOLE_MAPPINGS = ("agent.env_kwargs", "data.val_env_kwargs")
 keys (``level``, ``task_seed``) belong to the default env. ``agent.env_kwargs.level=...`` still sets one key."""
 
 
+MOVED_KEYS = {"algorithm.gigpo.gamma": "algorithm.turn_gamma"}
+"""Keys that moved: the old key -> the one that holds its value now (setting the old key is a one-line error)."""
+
+
 def config_keys(schema: type = TrainConfig, prefix: str = "") -> Iterator[str]:
     """Every dotted key of the schema, e.g. ``"actor_rollout_ref.actor.optim.lr"``."""
     for item in fields(schema):
@@ -75,6 +79,8 @@ def _merge(schema: Any, update: Any, source: str) -> Any:
         return OmegaConf.merge(schema, update)
     except ConfigKeyError as error:
         key = str(error.full_key)
+        if key in MOVED_KEYS:
+            raise ConfigError(f"config key {key!r} (from {source}) is now {MOVED_KEYS[key]}; set that") from None
         raise ConfigError(f"unknown config key {key!r} (from {source}){_suggest(key)}") from None
     except ValidationError as error:
         first = str(error.msg).splitlines()[0]

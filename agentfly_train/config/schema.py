@@ -197,13 +197,11 @@ class GiGPOConfig:
     arXiv:2505.10978).
 
     Attributes:
-        omega: Weight ω of the step-level advantage added to the episode-level one (the paper's 1).
-        gamma: Discount γ per turn of the step-level returns R_t = Σ_k γ^(k−t) r_k over the episode's turn rewards
-            (the paper's 0.95).
+        omega: Weight ω of the step-level advantage added to the episode-level one (the paper's 1). Its discount per
+            turn is ``algorithm.turn_gamma``.
     """
 
     omega: float = setting(1.0, NonNegative())
-    gamma: float = setting(0.95, Within(0, 1))
 
 
 @dataclass
@@ -213,10 +211,15 @@ class AlgorithmConfig:
     Attributes:
         adv_estimator: ``grpo``, ``rloo``, ``reinforce_plus_plus``, ``reinforce_plus_plus_baseline``,
             ``remax`` (a greedy rollout per prompt is the baseline), ``gae`` (PPO, trains ``critic.*``),
-            ``grpo_passk``, ``opo``, ``gpg``, ``gigpo`` (credit per turn: ``algorithm.gigpo``)
-            (``agentfly_train/algorithms/estimators.py``).
+            ``grpo_passk``, ``opo``, ``gpg`` (``agentfly_train/algorithms/estimators.py``), and with an advantage per
+            turn: ``gigpo`` (``algorithm.gigpo``), ``grpo_turns``, ``rloo_turns``, ``reinforce_plus_plus_turns``
+            (discounted per-turn returns minus a leave-one-out baseline per turn index) and ``gae_turns`` (GAE over
+            turns, trains ``critic.*``) (``agentfly_train/algorithms/turn_estimators.py``).
         gamma: Discount per sampled token (``gae``, ``reinforce_plus_plus``); tool tokens cost no step.
-        lam: GAE's λ.
+        turn_gamma: Discount γ per turn of the estimators with an advantage per turn: their returns
+            R_t = Σ_{k≥t} γ^(k−t) r_k over the episode's turn rewards r_k (GiGPO's 0.95); setting it for another
+            estimator is a config error. (It was ``algorithm.gigpo.gamma``.)
+        lam: λ of GAE (``gae``, per token) and of ``gae_turns`` (per turn).
         norm_adv_by_std_in_grpo: Divide GRPO advantages by the group's std (``false``: Dr. GRPO).
         use_kl_in_reward: Subtract β · KL(π_old ‖ π_ref) from every sampled token's reward (verl's
             ``use_kl_in_reward``; loads the reference model).
@@ -225,11 +228,12 @@ class AlgorithmConfig:
             rollout batch, ``per_device_train_batch_size`` rows of (rows, T, V) logits at a time).
         kl_ctrl: β and how it moves.
         rollout_correction: Importance weights between the rollout engine and the trainer.
-        gigpo: ``gigpo``'s ω and per-turn γ.
+        gigpo: ``gigpo``'s ω.
     """
 
     adv_estimator: str = setting("gae", Registered("agentfly_train.algorithms:ADVANTAGE_ESTIMATORS"))
     gamma: float = setting(1.0, Within(0, 1))
+    turn_gamma: float = setting(0.95, Within(0, 1))
     lam: float = setting(1.0, Within(0, 1))
     norm_adv_by_std_in_grpo: bool = True
     use_kl_in_reward: bool = False

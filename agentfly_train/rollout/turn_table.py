@@ -41,7 +41,7 @@ def context_key(context: Sequence[int]) -> int:
 def turn_table(trajectories: Sequence[Trajectory], width: int, anchors: bool = True) -> TurnTable:
     """The turns of ``trajectories`` in ``width`` slots each (the turn budget; turns past it are left out), with
     their anchor states where ``anchors`` (hashing every turn's context costs time in long episodes: only an
-    estimator that credits turns reads them)."""
+    estimator that reads anchor states, ``gigpo``, asks for them)."""
     table = TurnTable([], [], [], [])
     for t in trajectories:
         spans, pad = t.turn_spans[:width], [0] * (width - min(len(t.turn_spans), width))

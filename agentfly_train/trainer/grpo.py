@@ -10,9 +10,10 @@ rollout engine plugs in through TRL's ``rollout_func`` hook (token-in/token-out 
   then replaces TRL's (B,) group-normalised advantages by (B, T) token-level ones: each turn's reward (the
   env's reward of its step) on its last sampled token, minus β·KL when ``use_kl_in_reward`` (controller updated
   with the KL of the batch gathered from all processes), through the configured estimator over the whole
-  gathered batch (groups are the ``num_generations`` rollouts of one prompt; ``gigpo`` also gets each turn's
-  tokens, reward and anchor context). With ``gae`` the critic computes values first and is
-  updated on the returns afterwards. Tool tokens (``env_mask = 0``) and padding get 0.
+  gathered batch (groups are the ``num_generations`` rollouts of one prompt; the estimators that credit turns get
+  each turn's tokens and reward, ``gigpo`` also its anchor context). With a critic (``gae``, ``gae_turns``) it
+  computes values first and is updated on the returns afterwards. Tool tokens (``env_mask = 0``) and padding get
+  0. The batch's first ``log_train_generations`` episodes are then saved with each turn's advantage.
 - ``_compute_loss``: the PPO clipped (dual-clip) policy loss, minus the entropy bonus, plus the KL loss, each
   aggregated with ``loss_agg_mode`` so that the micro-batches of an optimiser step add up to the step's loss.
   The exact (``full``) KL needs whole (b, T, V) logits, which TRL's fused LM head never forms: with it, the
@@ -72,7 +73,7 @@ from agentfly_train.batch import (
 )
 from agentfly_train.critic import Critic, CriticSettings
 from agentfly_train.generation import Policy
-from agentfly_train.rollout import AgentRollout, TurnTable
+from agentfly_train.rollout import AgentRollout, Trajectory, TurnTable
 from agentfly_train.trainer.checkpointing import CheckpointMixin
 from agentfly_train.trainer.forwards import ForwardsMixin
 from agentfly_train.trainer.port import RolloutPort
@@ -147,6 +148,7 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
         self._batch_baselines: list[float] = []
         self._batch_excluded: list[float] = []  # 1.0 per episode of the batch that ended on an infrastructure failure
         self._batch_turns = TurnTable([], [], [], [])  # the batch's turns: tokens, rewards, anchor states
+        self._batch_trajectories: list[Trajectory] = []  # the training batch's episodes, saved with their advantages
         self._train_samples_step, self._train_samples_written = -1, 0
         self._failures_noted: set[str] = set()  # reward and infrastructure failures printed, once per distinct message
         self._gap_chunks: list[Tensor] | None = None  # a rollout batch's gap, measured by its micro-batches' losses
@@ -260,8 +262,12 @@ class AgentGRPOTrainer(RolloutMixin, ForwardsMixin, CheckpointMixin, GRPOTrainer
             lam=self.rl.algorithm.lam,
             norm_adv_by_std_in_grpo=self.rl.algorithm.norm_adv_by_std_in_grpo,
             omega=self.rl.algorithm.gigpo.omega,
-            turn_gamma=self.rl.algorithm.gigpo.gamma,
+            turn_gamma=self.rl.algorithm.turn_gamma,
         )
+        if mode == "train":
+            episodes = len(self._batch_excluded)
+            mine = slice(self.accelerator.process_index * episodes, (self.accelerator.process_index + 1) * episodes)
+            self._save_train_samples(episode_turns.means(advantages, scored_mask)[mine].cpu())
         if turns is not None:
             advantages, returns = (on_turn_rows(x, turns, all_mask) for x in (advantages, returns))
         metrics["rollout/left_out"] = float(left_out.sum())

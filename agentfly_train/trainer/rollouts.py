@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 from trl import GRPOTrainer
 
 from agentfly_train.progress import console_bar, show_latest
@@ -65,7 +67,7 @@ class RolloutMixin:
         else:
             trajectories = self.schedule.run(self, self._batch_tasks, self.agent.val_params)
         self._batch_excluded = [float(t.excluded) for t in trajectories]
-        self._batch_turns = turn_table(trajectories, self.agent.budgets.max_turns, self.estimator.credits_turns)
+        self._batch_turns = turn_table(trajectories, self.agent.budgets.max_turns, self.estimator.reads_anchors)
         if mode == "train":
             self._note_failures(trajectories)  # before the circuit breaker may stop the run
             self._stop_on_failing_infrastructure(trajectories)
@@ -77,7 +79,7 @@ class RolloutMixin:
             self._metrics[mode]["reward/greedy_baseline/mean"].append(sum(self._batch_baselines) / len(trajectories))
         self._record_rollout(mode, trajectories, time.perf_counter() - start)
         if mode == "train":
-            self._save_train_samples(trajectories)
+            self._batch_trajectories = trajectories  # saved with their turns' advantages (_save_train_samples)
         return training_rows(trajectories, self.agent.turn_rows)
 
     def _stop_on_failing_infrastructure(self, trajectories: Sequence[Trajectory]) -> None:
@@ -147,18 +149,29 @@ class RolloutMixin:
             "env/servers_down": health["servers_down"],
         }
 
-    def _save_train_samples(self, trajectories: Sequence[Trajectory]) -> None:
-        """Appends up to ``log_train_generations`` episodes of the coming step to ``train_samples/step_<N>.jsonl``
-        (the file is started afresh by the step's first rollout, so a resumed run does not duplicate lines), their
-        screenshots as PNG files (:func:`~agentfly_train.samples.write_samples`)."""
+    def _save_train_samples(self, turn_advantages: Tensor) -> None:
+        """Appends up to ``log_train_generations`` episodes of the rollout batch (:attr:`_batch_trajectories`) to
+        ``train_samples/step_<N>.jsonl`` of the coming step (the file is started afresh by the step's first rollout,
+        so a resumed run does not duplicate lines), their screenshots as PNG files
+        (:func:`~agentfly_train.samples.write_samples`), each with the advantage of each of its turns.
+
+        Args:
+            turn_advantages: (E, K) float, for each of this process's E episodes and each turn slot, the mean
+                advantage of the turn's trained tokens (the turn's advantage, for an estimator with one per turn or
+                per episode); NaN for a turn that trains no token (saved as ``null``).
+        """
         if not self.log_train_generations or not self.accelerator.is_main_process:
             return
         step = self.state.global_step + 1
         path = Path(self.args.output_dir) / SAMPLE_DIRS["train"] / STEP_FILE.format(step=step)
         written = self._train_samples_written if self._train_samples_step == step else 0
         self._train_samples_step = step
-        kept = trajectories[: max(self.log_train_generations - written, 0)]
-        write_samples(path, kept, append=bool(written))
+        kept = self._batch_trajectories[: max(self.log_train_generations - written, 0)]
+        advantages = [
+            [None if math.isnan(value) else value for value in row[: len(t.turn_rewards)]]
+            for t, row in zip(kept, turn_advantages.tolist(), strict=False)
+        ]
+        write_samples(path, kept, append=bool(written), turn_advantages=advantages)
         self._train_samples_written = written + len(kept)
 
     def validate(self, progress: bool = False) -> dict[str, float]:

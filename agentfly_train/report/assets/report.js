@@ -142,7 +142,20 @@ function renderPart(part) {
   return el("div", { class: "shot-missing muted" }, `[screenshot ${width ?? "?"}×${height ?? "?"}: ${where}]`);
 }
 
-function renderMessage(message, calls) {
+function renderCredit(episode, turn) {
+  // An assistant turn's reward and the advantage its tokens were trained with (training episodes).
+  const rewards = episode.turn_rewards || [];
+  const advantages = episode.turn_advantages || [];
+  if (turn >= rewards.length && turn >= advantages.length) return null;
+  const parts = [`turn ${turn + 1}`, `reward ${fmt(rewards[turn])}`];
+  if (episode.turn_advantages) {
+    const advantage = advantages[turn];
+    parts.push(`advantage ${advantage === null ? "none (no trained token)" : fmt(advantage)}`);
+  }
+  return el("div", { class: "credit" }, parts.join(" · "));
+}
+
+function renderMessage(message, calls, credit) {
   const role = message.role || "?";
   const name = role === "tool" && message.name ? ` · ${message.name}` : "";
   const classes = ["msg", `role-${role}`, isError(message) ? "error" : ""].join(" ").trim();
@@ -151,7 +164,7 @@ function renderMessage(message, calls) {
   if (role === "system") {
     return el("details", { class: classes }, el("summary", {}, "system prompt"), body);
   }
-  return el("div", { class: classes }, el("div", { class: "role" }, role + name), body, (calls || []).map(renderCall));
+  return el("div", { class: classes }, el("div", { class: "role" }, role + name), credit, body, (calls || []).map(renderCall));
 }
 
 function renderChat(episode) {
@@ -160,9 +173,11 @@ function renderChat(episode) {
   return el(
     "div",
     { class: "chat" },
-    (episode.messages || []).map((message) =>
-      renderMessage(message, message.role === "assistant" ? turnCalls[turn++] : null),
-    ),
+    (episode.messages || []).map((message) => {
+      if (message.role !== "assistant") return renderMessage(message, null, null);
+      const credit = renderCredit(episode, turn);
+      return renderMessage(message, turnCalls[turn++], credit);
+    }),
   );
 }
 

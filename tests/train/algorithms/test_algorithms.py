@@ -45,7 +45,7 @@ def outcome_batch(scores: list[float], lengths: list[int], T: int = 4) -> tuple[
 def test_registries_hold_the_issue_names():
     assert set(alg.ADVANTAGE_ESTIMATORS) == {
         "gae", "grpo", "grpo_passk", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo", "remax", "opo",
-        "gpg", "gigpo",
+        "gpg", "gigpo", "grpo_turns", "rloo_turns", "reinforce_plus_plus_turns", "gae_turns",
     }  # fmt: skip
     base = {"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"}
     assert set(alg.KL_PENALTIES) == base | {f"{k}+" for k in base} | {"full"}
@@ -527,7 +527,8 @@ def configured(estimator: str, **changes: object):
             "grpo",
             {"agent__num_chains": 1},
             "algorithm.adv_estimator=grpo compares the responses to one prompt: set agent.num_chains >= 2, or use an "
-            "estimator that needs no group (gae, reinforce_plus_plus, reinforce_plus_plus_baseline, remax)",
+            "estimator that needs no group (gae, gae_turns, reinforce_plus_plus, reinforce_plus_plus_baseline, "
+            "reinforce_plus_plus_turns, remax)",
         ),
         (
             "gae",
@@ -539,7 +540,7 @@ def configured(estimator: str, **changes: object):
             "rloo",
             {"agent__past_reasoning": "drop", "algorithm__use_kl_in_reward": True},
             "agent.past_reasoning=drop trains each turn as its own sample with its episode's advantage, which needs an "
-            "estimator of whole responses (gigpo, gpg, grpo, grpo_passk, opo, rloo) and "
+            "estimator of whole responses (gigpo, gpg, grpo, grpo_passk, grpo_turns, opo, rloo, rloo_turns) and "
             "algorithm.use_kl_in_reward=false; got adv_estimator=rloo, use_kl_in_reward=True",
         ),
         (
@@ -551,19 +552,39 @@ def configured(estimator: str, **changes: object):
         (
             "grpo",
             {"trainer__critic_warmup": 1},
-            "trainer.critic_warmup warms up PPO's critic; only algorithm.adv_estimator=gae has one",
+            "trainer.critic_warmup warms up PPO's critic; only algorithm.adv_estimator=gae, gae_turns has one",
         ),
         (
             "grpo",
             {"algorithm__gigpo__omega": 0.5},
-            "algorithm.gigpo.* sets the turn-level credit of algorithm.adv_estimator=gigpo; got adv_estimator=grpo: "
-            "leave algorithm.gigpo at its defaults or pick that estimator",
+            "algorithm.gigpo.* is used by algorithm.adv_estimator=gigpo only; got adv_estimator=grpo: leave it at its "
+            "default or pick one of those",
+        ),
+        (
+            "rloo_turns",
+            {"algorithm__gigpo__omega": 0.5},
+            "algorithm.gigpo.* is used by algorithm.adv_estimator=gigpo only; got adv_estimator=rloo_turns: leave it "
+            "at its default or pick one of those",
+        ),
+        (
+            "grpo",
+            {"algorithm__turn_gamma": 0.9},
+            "algorithm.turn_gamma is used by algorithm.adv_estimator=gae_turns, gigpo, grpo_turns, "
+            "reinforce_plus_plus_turns, rloo_turns only; got adv_estimator=grpo: leave it at its default or pick one "
+            "of those",
+        ),
+        (
+            "gae_turns",
+            {"agent__env_kwargs": {"obs": "screenshot"}},
+            "algorithm.adv_estimator=gae_turns trains a critic, which does not see the screenshots "
+            "(agent.env_kwargs.obs=screenshot); use an estimator without one (grpo, rloo, reinforce_plus_plus)",
         ),
         (
             "gigpo",
             {"agent__num_chains": 1},
             "algorithm.adv_estimator=gigpo compares the responses to one prompt: set agent.num_chains >= 2, or use an "
-            "estimator that needs no group (gae, reinforce_plus_plus, reinforce_plus_plus_baseline, remax)",
+            "estimator that needs no group (gae, gae_turns, reinforce_plus_plus, reinforce_plus_plus_baseline, "
+            "reinforce_plus_plus_turns, remax)",
         ),
         (
             "gae",
@@ -642,7 +663,9 @@ def same_on_valid(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor, 
     torch.testing.assert_close(ours[valid], theirs[valid], atol=atol, rtol=0)
 
 
-@pytest.mark.parametrize("estimator", sorted(set(alg.ADVANTAGE_ESTIMATORS) - {"gigpo"}))  # not in verl: test_gigpo.py
+@pytest.mark.parametrize(  # not in verl: test_gigpo.py, test_turn_estimators.py
+    "estimator", sorted(e for e in alg.ADVANTAGE_ESTIMATORS if e != "gigpo" and not e.endswith("_turns"))
+)
 @pytest.mark.parametrize(("gamma", "lam", "norm"), [(1.0, 1.0, True), (0.9, 0.95, False)])
 def test_estimators_match_verl(verl, estimator, gamma, lam, norm):
     core_algos, config = verl

@@ -230,7 +230,13 @@ def test_agentfly_init_args_spelling_is_accepted_on_the_command_line_and_in_yaml
         ("actor_rollout_ref.actor.clip_ratio_c=1.0", "must be > 1"),
         ("actor_rollout_ref.actor.kl_loss_type=full+", "did you mean 'full'"),  # no straight-through full KL
         ("algorithm.gamma=1.5", "algorithm.gamma must be in [0, 1]"),
-        ("trainer.critic_warmup=2", "only algorithm.adv_estimator=gae has one"),
+        ("trainer.critic_warmup=2", "only algorithm.adv_estimator=gae, gae_turns has one"),
+        (
+            "algorithm.gigpo.gamma=0.9",
+            "'algorithm.gigpo.gamma' (from override algorithm.gigpo.gamma=0.9) is now algorithm.turn_gamma; set that",
+        ),
+        ("algorithm.turn_gamma=0.9", "algorithm.turn_gamma is used by algorithm.adv_estimator=gae_turns, gigpo"),
+        ("algorithm.turn_gamma=1.5", "algorithm.turn_gamma must be in [0, 1]"),
         ("algorithm.rollout_correction.rollout_is=sequnce", "did you mean 'sequence'"),
         ("algorithm.rollout_correction.rollout_is_threshold=0", "rollout_is_threshold: '0'"),
         ("algorithm.rollout_correction.rollout_is_threshold='5_0.5'", "0 <= lower < upper"),
@@ -430,7 +436,7 @@ def test_what_an_estimator_needs_comes_from_its_registration(monkeypatch):
         quickstart_config(["algorithm.adv_estimator=my_critic", "critic.optim.lr=0"])
     with pytest.raises(ConfigError, match=r"the critic's learning rate is constant"):
         quickstart_config(["algorithm.adv_estimator=my_critic", "critic.optim.lr_scheduler_type=cosine"])
-    with pytest.raises(ConfigError, match=r"only algorithm.adv_estimator=gae, my_critic has one"):
+    with pytest.raises(ConfigError, match=r"only algorithm.adv_estimator=gae, gae_turns, my_critic has one"):
         quickstart_config(["algorithm.adv_estimator=grpo", "trainer.critic_warmup=1"])
 
 

@@ -277,6 +277,31 @@ def test_report_marks_excluded_and_replayed_episodes(tmp_path, browser):
     assert console_errors(browser) == []
 
 
+@pytest.mark.slow
+def test_report_shows_each_turns_reward_and_advantage(tmp_path, browser):
+    """A training episode's assistant turns each show their reward and the advantage their tokens got."""
+    chat = [
+        {"role": "user", "content": "What is 6 * 7?"},
+        {"role": "assistant", "content": "<tool_call>6 * 7</tool_call>"},
+        {"role": "tool", "name": "calculator", "content": "42"},
+        {"role": "assistant", "content": "42"},
+    ]
+    episode = {"messages": chat, "reward": 0.9, "correct": True, "finish_reason": "stop", "turns": 2, "tool_calls": 1,
+               "turn_rewards": [-0.1, 1.0], "turn_advantages": [0.4375, None]}  # fmt: skip
+    (tmp_path / "train_samples").mkdir()
+    (tmp_path / "train_samples" / "step_000001.jsonl").write_text(json.dumps(episode) + "\n")
+    open_page(browser, build_report(tmp_path))
+    select(browser, "split-picker", "train")
+    credits = [
+        element.text for element in browser.find_elements("css selector", "#episode-list .role-assistant .credit")
+    ]
+    assert credits == [
+        "turn 1 · reward -0.1 · advantage 0.4375",
+        "turn 2 · reward 1 · advantage none (no trained token)",
+    ]
+    assert console_errors(browser) == []
+
+
 def test_chart_prefixes_drop_series_that_stay_zero():
     records = [
         {"step": 1, "episode/tool_error_rate/parse_error": 0.5, "episode/tool_error_rate/unknown_tool": 0.0},

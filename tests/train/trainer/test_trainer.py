@@ -6,6 +6,8 @@ rollout batch (``_prepare_inputs``); nothing of TRL, transformers or the tokeniz
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import Tensor
@@ -368,4 +370,46 @@ def test_an_excluded_episode_is_out_of_its_groups_baseline_and_a_thinned_group_i
     )
     torch.testing.assert_close(advantages[kept][mask[kept] == 1], expected[before[kept] == 1])
     assert advantages[kept].abs().max() > 0.1
+    _shut_down(trainer)
+
+
+@pytest.mark.parametrize("estimator", ["rloo_turns", pytest.param("gae_turns", marks=pytest.mark.slow)])
+def test_saved_episodes_carry_the_advantage_each_turn_trains_with(warm_policy, tmp_path, estimator):
+    """The training samples' ``turn_advantages`` are the advantages the loss gets on each turn's tokens, one value per
+    turn, and the turns of one episode get different ones."""
+    trainer = _trainer(warm_policy, tmp_path, f"algorithm.adv_estimator={estimator}", "trainer.log_train_generations=8")
+    inputs = trainer._generate_and_score_completions(_generation_batch(trainer))  # before TRL shuffles the rows
+    mask = loss_mask(inputs)
+    path = tmp_path / "train_samples" / "step_000001.jsonl"
+    episodes = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(episodes) == 8 == mask.shape[0]
+    differing = 0
+    for row, episode in enumerate(episodes):
+        trained = inputs["advantages"][row][mask[row] == 1].split(trainer._batch_turns.tokens[row][: episode["turns"]])
+        assert len(episode["turn_advantages"]) == len(episode["turn_rewards"]) == episode["turns"] == len(trained)
+        for saved, tokens in zip(episode["turn_advantages"], trained, strict=True):
+            assert saved == pytest.approx(tokens[0].item(), abs=1e-6) and torch.all(tokens == tokens[0])
+        differing += len(set(episode["turn_advantages"])) > 1
+    assert differing, "no episode's turns got different advantages"
+    _shut_down(trainer)
+
+
+@pytest.mark.slow
+def test_with_turn_rows_each_row_trains_with_its_turns_saved_advantage(warm_policy, tmp_path):
+    """``grpo_turns`` with past reasoning dropped (each turn its own row): every row's tokens get the advantage saved
+    for its turn."""
+    trainer = _trainer(warm_policy, tmp_path, "algorithm.adv_estimator=grpo_turns", "trainer.log_train_generations=8")
+    trainer.agent.codec.reasoning_end = "<tool_call>"  # as in the dropped-reasoning test above
+    turns = trainer.agent.turn_rows
+    inputs = trainer._generate_and_score_completions(_generation_batch(trainer))  # before TRL shuffles the rows
+    mask = loss_mask(inputs)
+    path = tmp_path / "train_samples" / "step_000001.jsonl"
+    episodes = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(episodes) * turns == mask.shape[0] == 16
+    for episode_index, episode in enumerate(episodes):
+        for turn, saved in enumerate(episode["turn_advantages"]):
+            row = episode_index * turns + turn
+            trained = inputs["advantages"][row][mask[row] == 1]
+            assert len(trained) > 0 and torch.allclose(trained, torch.full_like(trained, saved), atol=1e-6)
+    assert any(len(set(episode["turn_advantages"])) > 1 for episode in episodes)
     _shut_down(trainer)
