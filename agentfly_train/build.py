@@ -85,8 +85,8 @@ def agent_rollout(
         async_episodes=async_episodes,
         retries=rollout.retries,
         max_infra_failure_rate=rollout.max_infra_failure_rate,
-<<<<<<< HEAD
         judge=judge,
+        program=agent_program(config),
     )
 
 
@@ -115,9 +115,6 @@ def judge_rewards(config: TrainConfig) -> JudgeRewards | None:
         judge.client.close()
         raise ConfigError(f"reward.judge.url: {error}") from None
     return JudgeRewards(judge)
-=======
-        program=agent_program(config),
-    )
 
 
 def agent_program(config: TrainConfig) -> ProgramSettings | None:
@@ -129,7 +126,6 @@ def agent_program(config: TrainConfig) -> ProgramSettings | None:
     if spec is None:
         return None
     return ProgramSettings(load_function(spec), spec, config.agent.program_timeout, config.model_path)
->>>>>>> agent-programs
 
 
 @dataclass(frozen=True)
