@@ -3,9 +3,9 @@
 The maze is a ``size`` x ``size`` grid of rooms (4 x 4 by default); a seed carves a spanning tree of doors
 (randomised depth-first search), then opens a share ``loops`` of the remaining walls, so there is more than one way
 round. The start and the exit are two rooms as far apart as the maze allows (at least :data:`MIN_MOVES` moves), so
-an episode takes 10 or more turns. Every command is one direction, ``north``, ``south``, ``east`` or ``west`` (north raises ``y``, east
-raises ``x``); an observation is the deterministic text of the room (``Room 2,3. Doors: north, west.``), the same
-in every episode that stands there, so states recur across the trajectories of a task.
+an episode takes 10 or more turns. Every command is one direction, ``north``, ``south``, ``east`` or ``west``
+(north raises ``y``, east raises ``x``); an observation is the deterministic text of the room (``Room 2,3. Doors:
+north, west.``), the same in every episode that stands there, so states recur across the trajectories of a task.
 
 The score is the progress towards the exit, ``1 - d_best / d_start``: ``d`` the fewest moves from a room to the exit,
 ``d_best`` the least of it over the rooms visited so far, so the score never falls; it reaches 1 at the exit, which
