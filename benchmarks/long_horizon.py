@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from learning_spread import run_job  # this folder is on the path of a script run from it
 
 MAZE = (
     "agent.env=agentfly/Maze-Nav",
@@ -51,15 +50,8 @@ MAZE = (
 def run(estimator: str, seed: int, steps: int, directory: Path, overrides: list[str]) -> dict:
     """One CLI run: its per-step training success rate and mean return, the validation success before and after RL,
     and its wall time in seconds."""
-    command = [sys.executable, "-m", "agentfly_train", "--no-progress", "--config", "quickstart", *MAZE,
-               f"algorithm.adv_estimator={estimator}", f"trainer.total_training_steps={steps}",
-               f"trainer.seed={seed}", f"trainer.default_local_dir={directory}", *overrides]  # fmt: skip
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{estimator} seed {seed} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+    job = [*MAZE, f"algorithm.adv_estimator={estimator}", f"trainer.total_training_steps={steps}", *overrides]
+    records, seconds = run_job(seed, directory, job, label=f"{estimator} ")
     train = [r for r in records if "accuracy" in r]
     validation = [r["val/accuracy"] for r in records if "val/accuracy" in r]
     return {"estimator": estimator, "seed": seed, "success": [r["accuracy"] for r in train],
