@@ -125,7 +125,8 @@ class ToolEnv(gym.Env[Observation, Action]):
             increase of the world's score (``report()["score"]``, in [0, 1]) over the step, and the last step pays the
             outcome reward less what the earlier steps were paid, so the episode's return is the outcome reward
             (what the world's scoring says) either way; only when it is paid changes. (A potential-based shaping,
-            Ng et al. 1999, with the score as potential: it leaves the best policy as it is.)
+            Ng et al. 1999, with the score as potential: it leaves the best policy as it is.) An episode that an
+            infrastructure failure ends keeps what it was paid (it is unscored: the trainer leaves it out).
         max_turns: Assistant turns per episode before truncation (turns, not tokens).
         truncation_reward: Reward of a truncated episode.
         max_action_chars: Longest assistant turn accepted, in characters; longer turns get an error observation.
