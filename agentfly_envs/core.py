@@ -72,6 +72,10 @@ class _Episode:
     messages: list[dict[str, Any]]
     turn: int = 0
     done: bool = False
+    score: float = 0.0
+    """The world's score after the last step (with ``progress_reward``)."""
+    paid: float = 0.0
+    """The progress rewards paid so far (with ``progress_reward``)."""
     error_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
 
 
@@ -117,6 +121,12 @@ class ToolEnv(gym.Env[Observation, Action]):
         turn_reward: Registered turn reward name (:mod:`agentfly_envs.turn_rewards`), e.g. ``"tool_error_penalty"``:
             its value for each turn is added to that step's reward (the last step's too); ``None``: steps before the
             last pay 0.
+        progress_reward: In a world env, pay the world's progress as it is made: each step before the last pays the
+            increase of the world's score (``report()["score"]``, in [0, 1]) over the step, and the last step pays the
+            outcome reward less what the earlier steps were paid, so the episode's return is the outcome reward
+            (what the world's scoring says) either way; only when it is paid changes. (A potential-based shaping,
+            Ng et al. 1999, with the score as potential: it leaves the best policy as it is.) An episode that an
+            infrastructure failure ends keeps what it was paid (it is unscored: the trainer leaves it out).
         max_turns: Assistant turns per episode before truncation (turns, not tokens).
         truncation_reward: Reward of a truncated episode.
         max_action_chars: Longest assistant turn accepted, in characters; longer turns get an error observation.
@@ -135,6 +145,7 @@ class ToolEnv(gym.Env[Observation, Action]):
     ``tool_calls`` (OpenAI-style), ``parse_errors``, ``tool_latency_s``, ``error_counts`` (this episode),
     ``turn``, ``answer`` (the scored text, on termination), ``reward_components`` and, when the reward
     function raised or returned no finite number (the episode then scores 0), ``reward_error`` (why, one line),
+    with ``progress_reward`` ``progress`` (the increase of the world's score over the step),
     with a turn reward ``turn_reward`` (what it added to the step's reward) and, when it failed (it then pays 0),
     ``turn_reward_error``, and, only on the step that an infrastructure failure ended (no turn reward is paid then),
     ``infra_failure`` (what failed, one line; the key is absent from every other step's info).
@@ -160,6 +171,7 @@ class ToolEnv(gym.Env[Observation, Action]):
         parser: str = "hermes",
         reward: str = "math_reward_string_equal",
         turn_reward: str | None = None,
+        progress_reward: bool = False,
         max_turns: int = 8,
         truncation_reward: float = 0.0,
         max_action_chars: int = 32_768,
@@ -201,6 +213,9 @@ class ToolEnv(gym.Env[Observation, Action]):
         self.render_mode = render_mode
         self.obs = obs
         self._world = self._attach_world_tools(tuple(tools))
+        if progress_reward and self._world is None:
+            raise ValueError(f"progress_reward=True pays a world's score increments; tools {tuple(tools)} run no world")
+        self.progress_reward = progress_reward
         self.max_observation_chars = max_observation_chars
         self.observation_space = self._observation_space()
         self.action_space = TextSpace(max_action_chars)
@@ -301,6 +316,8 @@ class ToolEnv(gym.Env[Observation, Action]):
         ]
         observation = self._observation(user_prompt, messages[1])
         self._episode = _Episode(row=row, ground_truth=self.tasks.ground_truth(row), messages=messages)
+        if self.progress_reward:
+            self._episode.score = self._world.report()["score"]
         info = {
             "messages": [_copied(message) for message in messages],
             "tools": marshal.loads(self._schemas_marshalled),
@@ -381,7 +398,10 @@ class ToolEnv(gym.Env[Observation, Action]):
             info["reward_error"] = outcome.reward_error
         if outcome.infra_failure is not None:
             info["infra_failure"] = outcome.infra_failure
-        elif self.turn_reward_fn is not None:
+            return observation, outcome.reward, outcome.terminated, outcome.truncated, info
+        if self.progress_reward:
+            info["progress"] = self._pay_progress(episode, outcome)
+        if self.turn_reward_fn is not None:
             step = TurnStep(episode.turn, info["tool_calls"], sum(episode.error_counts.values()) - errors_before,
                             text, turn.answer is not None)  # fmt: skip
             info["turn_reward"], error = checked_turn_reward(self.turn_reward_name, self.turn_reward_fn, step)
@@ -389,6 +409,18 @@ class ToolEnv(gym.Env[Observation, Action]):
             if error is not None:
                 info["turn_reward_error"] = error
         return observation, outcome.reward, outcome.terminated, outcome.truncated, info
+
+    def _pay_progress(self, episode: _Episode, outcome: _Outcome) -> float:
+        """Sets the reward of a step that ``progress_reward`` pays: the world's score increase over the step, or on
+        the episode's last step the outcome reward less the progress paid before. Returns the score increase."""
+        score = self._world.report()["score"]
+        progress, episode.score = score - episode.score, score
+        if outcome.terminated or outcome.truncated:
+            outcome.reward -= episode.paid
+        else:
+            outcome.reward = progress
+        episode.paid += outcome.reward
+        return progress
 
     def _outcome(self, turn: _TurnResult, episode: _Episode) -> _Outcome:
         """How a turn that the infrastructure did not fail ends: the world's view appended to its last message, and

@@ -99,6 +99,14 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
         }
         for name, game in TEXTARENA_GAMES.items()
     },
+    "agentfly/Maze-Nav": {
+        "task": "maze",
+        "tools": ("act",),
+        "parser": "hermes",
+        "reward": "world_success",
+        "progress_reward": True,
+        "max_turns": 24,
+    },
     **{
         f"agentfly/MiniWoB-{name}": {
             "task": "miniwob",
@@ -141,6 +149,11 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
   FrozenLake, Mastermind, Sokoban, Minesweeper, 2048), played with ``act`` moves such as ``[up]``; ``split=``
   picks the seeds, ``game=`` another TextArena variant of the puzzle (e.g. ``"Sokoban-v0-medium"``); scored
   like the TWX ids. Needs ``pip install 'agentfly-rl[puzzles]'``.
+- ``agentfly/Maze-Nav``: the long-horizon env: walk a generated maze of rooms (4 x 4 by default, ``params=
+  "size=6,loops=0.2"``) from its start to its exit, 10 or more moves apart, one ``act`` direction per turn;
+  generated from the seed (``split=`` picks the seeds), with a golden solver (a shortest path), nothing to install.
+  Each step pays the progress it made (``progress_reward=True``: the increase of the share of the way to the exit
+  covered); the return is ``world_success``'s, 1 when the exit is reached within ``max_turns`` (24), else 0.
 - ``agentfly/MiniWoB-<Task>``: a MiniWoB++ web task (:data:`MINIWOB_TASKS`: ClickButton, ..., EmailInbox) in
   headless Chromium, played with ``click``, ``type``, ``press`` and ``scroll``; ``obs="text"`` (default) lists the
   page's elements with ids to act on, ``obs="screenshot"`` shows the screen as an image (actions by coordinates);

@@ -31,17 +31,24 @@ VLLM = (
 )
 
 
-def run_seed(seed: int, directory: Path, overrides: list[str], preset: str | None = "quickstart") -> dict[str, float]:
-    """Validation accuracy before and after RL, and the run's wall time, of the CLI's job (``preset`` and
-    ``overrides``) with ``seed``."""
+def run_job(seed: int, directory: Path, overrides: list[str], preset: str | None = "quickstart",
+            label: str = "") -> tuple[list[dict], float]:  # fmt: skip
+    """Runs the CLI's job (``preset`` and ``overrides``) with ``seed`` in ``directory``: its metrics records
+    (``metrics.jsonl``) and its wall time in seconds; exits naming ``label`` and the seed when it fails."""
     command = [sys.executable, "-m", "agentfly_train", "--no-progress", *(["--config", preset] if preset else []),
                f"trainer.seed={seed}", f"trainer.default_local_dir={directory}", *overrides]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        raise SystemExit(f"seed {seed} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+        raise SystemExit(f"{label}seed {seed} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    return [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()], seconds
+
+
+def run_seed(seed: int, directory: Path, overrides: list[str], preset: str | None = "quickstart") -> dict[str, float]:
+    """Validation accuracy before and after RL, and the run's wall time, of the CLI's job (``preset`` and
+    ``overrides``) with ``seed``."""
+    records, seconds = run_job(seed, directory, overrides, preset)
     accuracies = [r["val/accuracy"] for r in records if "val/accuracy" in r]
     rl_seconds = sum(r["step_time"] for r in records if "step_time" in r)
     return {"seed": seed, "before": accuracies[0], "after": accuracies[-1], "gain": accuracies[-1] - accuracies[0],

@@ -239,7 +239,8 @@ def test_the_readme_links_every_docs_page_and_the_docs_nav_has_every_page():
 
 def heading_anchors(markdown: str) -> set[str]:
     """The anchors of a Markdown text's headings, as MkDocs (and GitHub, for these headings) make them."""
-    text = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+    # a fence's info string has no backtick (CommonMark), unlike a line opening with a code span: ```` ``` ````
+    text = re.sub(r"^(```+)[^`\n]*\n.*?^\1[ \t]*$", "", markdown, flags=re.MULTILINE | re.DOTALL)
     headings = re.findall(r"^#+ (.*)$", text, re.MULTILINE)
     return {re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", heading).strip().lower()) for heading in headings}
 

@@ -1,7 +1,7 @@
 """Task sources: where an env's tasks come from (``gsm8k`` and ``hotpotqa`` from the Hub or files,
 ``code_tests`` (MBPP, HumanEval-style) likewise, ``files`` any question/answer or code rows, ``arithmetic``
 generated, ``textworld_express``, ``scienceworld`` and ``textarena`` the games of interactive worlds, ``miniwob``
-web pages)."""
+web pages, ``maze`` generated mazes)."""
 
 from agentfly_envs.tasks.arithmetic import ArithmeticTasks, generate_problem
 from agentfly_envs.tasks.base import TASKS, GoldenSolution, Row, TaskSource, get_task_source
@@ -15,6 +15,7 @@ from agentfly_envs.tasks.gsm8k import (
     reference_answer,
 )
 from agentfly_envs.tasks.hotpotqa import HotpotQATasks, supporting_titles
+from agentfly_envs.tasks.maze import MazeTasks
 from agentfly_envs.tasks.miniwob import MiniWoBTasks
 from agentfly_envs.tasks.science_world import ScienceWorldTasks
 from agentfly_envs.tasks.text_arena import TextArenaTasks
@@ -30,6 +31,7 @@ __all__ = [
     "GoldenSolution",
     "HotpotQATasks",
     "MathWordProblems",
+    "MazeTasks",
     "MiniWoBTasks",
     "Row",
     "ScienceWorldTasks",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gymnasium as gym
+import pytest
 
 
 def replay_golden_episodes(env: gym.Env) -> list[dict]:
@@ -35,3 +36,21 @@ def assert_golden_world_episode_wins(env: gym.Env, context: object) -> None:
     assert terminated and not truncated and reward == 1.0, (context, observation)
     assert observation.endswith("[The task is complete.]")
     assert info["reward_components"]["success"] == 1.0 and info["reward_components"]["world_error"] == 0.0
+
+
+def assert_golden_progress_adds_up(env: gym.Env, paying_steps: int) -> None:
+    """Plays the running world game's golden actions in an env that pays progress (``progress_reward=True``): each
+    step before the last pays the world's score increase (``info["progress"]``, never negative on a gold path), at
+    least ``paying_steps`` steps pay something before the end, and the rewards sum to the win's 1.0.
+
+    Args:
+        env: A world env (``act`` tool) that pays progress, just reset into a game.
+        paying_steps: Fewest steps that must pay more than 0 (the world reports progress before the end).
+    """
+    rewards = []
+    for action in env.unwrapped.golden_actions():
+        _, reward, terminated, truncated, info = env.step(action)
+        assert info["progress"] >= 0.0 and (terminated or reward == info["progress"]), info["messages"]
+        rewards.append(reward)
+    assert terminated and not truncated and info["reward_components"]["success"] == 1.0
+    assert sum(rewards) == pytest.approx(1.0) and len([r for r in rewards if r > 0]) >= paying_steps, rewards

@@ -17,7 +17,7 @@ PUZZLE_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agen
 """The TextArena puzzles: they need the textarena package, and no data."""
 SCIENCEWORLD_IDS = ["agentfly/ScienceWorld"]
 """ScienceWorld: it needs the scienceworld package and Java, and no data."""
-WORLD_IDS = TWX_IDS + PUZZLE_IDS + SCIENCEWORLD_IDS
+WORLD_IDS = TWX_IDS + PUZZLE_IDS + SCIENCEWORLD_IDS + ["agentfly/Maze-Nav"]
 MINIWOB_IDS = sorted(env_id for env_id in ENVIRONMENTS if env_id.startswith("agentfly/MiniWoB-"))
 """The MiniWoB web pages: each env starts a Chromium (seconds), so worlds/test_web.py runs these checks on two
 shared browsers (one per observation mode) that play every page, instead of one browser per id and test here."""
@@ -92,7 +92,7 @@ def test_vector_envs_step_text_and_autoreset(env_id, mode, make_kwargs):
     assert len(observations) == 2 and all(isinstance(o, str) and o for o in observations)
     replays = [golden_replay(planner, int(infos["task_index"][i])) for i in range(2)]
     assert list(observations) == [first for first, _, _ in replays]
-    finished, reset_again = [False, False], [False, False]
+    finished, reset_again, returns = [False, False], [False, False], [0.0, 0.0]
     for step in range(max(len(plan) for _, plan, _ in replays) + 1):
         actions = [plan[step] if step < len(plan) else "" for _, plan, _ in replays]
         observations, rewards, terminated, _, infos = envs.step(actions)
@@ -100,7 +100,8 @@ def test_vector_envs_step_text_and_autoreset(env_id, mode, make_kwargs):
             if step < len(plan):  # the same text, reward and ending as in a single env
                 assert (observations[i], rewards[i], terminated[i]) == expected[step]
                 assert terminated[i] == (step == len(plan) - 1)
-                finished[i] = finished[i] or (terminated[i] and rewards[i] == 1.0)
+                returns[i] += rewards[i]  # a world env that pays progress pays part of it on each step
+                finished[i] = finished[i] or (terminated[i] and returns[i] == pytest.approx(1.0))
             elif step == len(plan):  # next-step autoreset: the action is ignored, a new task starts
                 assert infos["_task_index"][i] and not terminated[i] and rewards[i] == 0.0
                 assert observations[i] == planner.reset(options={"index": int(infos["task_index"][i])})[0]

@@ -14,7 +14,7 @@ from agentfly_envs import TaskFormatError
 from agentfly_envs.registration import TEXTARENA_GAMES
 from agentfly_envs.worlds.puzzle_solvers import SOLVERS
 from agentfly_envs.worlds.text_arena import SPLIT_SEEDS
-from tests.envs.golden import assert_golden_world_episode_wins
+from tests.envs.golden import assert_golden_progress_adds_up, assert_golden_world_episode_wins
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import world_error_in_fresh_process
 from tests.helpers.skips import needs_textarena
@@ -125,6 +125,21 @@ def test_world_score_gives_partial_credit_and_truncation_reports_the_world():
         _, reward, terminated, *_ = env.step(action)
     assert terminated and reward == 1.0
     env.close()
+
+
+def test_progress_rewards_pay_the_completion_as_it_grows_and_sum_to_the_return():
+    env = gym.make("agentfly/TextArena-TowerOfHanoi", game="TowerOfHanoi-v0-medium", progress_reward=True)
+    env.reset(options={"index": 0})
+    assert_golden_progress_adds_up(env, paying_steps=3)  # each disk that lands on C for good pays 1/4
+    truncated_env = gym.make(
+        "agentfly/TextArena-TowerOfHanoi", game="TowerOfHanoi-v0-medium", progress_reward=True, max_turns=8
+    )
+    truncated_env.reset(options={"index": 0})
+    steps = [truncated_env.step(act(command)) for command in env.unwrapped.tools["act"].gold_commands()[:8]]
+    assert steps[-1][3] and sum(step[4]["progress"] for step in steps) == 0.25  # as in the test above
+    assert sum(step[1] for step in steps) == pytest.approx(0.0)  # the truncation reward: the progress is given back
+    env.close()
+    truncated_env.close()
 
 
 def test_2048_has_no_golden_episodes_but_plays(envs):

@@ -11,7 +11,7 @@ import pytest
 
 from agentfly_envs import TaskFormatError
 from agentfly_envs.worlds.science_world import SIMPLIFICATIONS, TASK_SPLITS, canonical, split_variations
-from tests.envs.golden import assert_golden_world_episode_wins
+from tests.envs.golden import assert_golden_progress_adds_up, assert_golden_world_episode_wins
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import world_error_in_fresh_process
 from tests.helpers.skips import needs_scienceworld
@@ -115,6 +115,21 @@ def test_world_score_gives_partial_credit():
         _, _, terminated, truncated, info = env.step(act(command))
     assert truncated and not terminated and 0.0 < info["reward_components"]["score"] < 1.0
     env.close()
+
+
+def test_progress_rewards_pay_the_score_as_it_grows_and_a_failure_gives_them_back(env):
+    env = env.unwrapped
+    env.progress_reward = True  # on the module's env: a new one would start another JVM
+    try:
+        env.reset(options={"index": 0})
+        assert_golden_progress_adds_up(env, paying_steps=3)  # find-animal scores moving towards and focusing
+        env.reset(options={"index": 0})
+        paid = [env.step(act(command))[1] for command in env.tools["act"].gold_commands()[:2]]
+        _, reward, terminated, _, info = env.step(act("focus on air"))
+        assert sum(paid) > 0 and terminated and info["reward_components"]["success"] == 0.0
+        assert reward == pytest.approx(-sum(paid))  # the failed episode's return is 0, what world_success says
+    finally:
+        env.progress_reward = False
 
 
 def test_valid_actions_and_simplifications():

@@ -13,7 +13,7 @@ import agentfly_envs
 from agentfly_envs import TaskFormatError
 from agentfly_envs.registration import TWX_GAMES
 from agentfly_envs.worlds.textworld_express import SPLIT_SEEDS
-from tests.envs.golden import assert_golden_world_episode_wins
+from tests.envs.golden import assert_golden_progress_adds_up, assert_golden_world_episode_wins
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import stop_process, world_error_in_fresh_process
 from tests.helpers.skips import needs_textworld_express
@@ -49,6 +49,16 @@ def test_golden_episodes_win_on_every_split(envs, name):
             observation, info = env.reset(options={"task": twx_row(TWX_GAMES[name], split, index)})
             assert observation.startswith("Task: ") and info["messages"][1]["content"] == observation
             assert_golden_world_episode_wins(env, (split, index))
+
+
+def test_progress_rewards_pay_the_score_as_it_grows_and_sum_to_the_return(envs):
+    env = envs["Cooking"].unwrapped
+    env.progress_reward = True  # on the module's env: a new one would start another JVM and load the game again
+    try:
+        env.reset(options={"task": twx_row("cookingworld", "train", 0)})
+        assert_golden_progress_adds_up(env, paying_steps=3)  # taking, preparing and eating each score
+    finally:
+        env.progress_reward = False
 
 
 def test_split_seeds_are_the_simulators():
