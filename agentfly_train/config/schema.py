@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentfly_envs.registry import load_entry_point
 from agentfly_train.config.actor_rollout_ref import (
     ActorRolloutRefConfig,
     OptimConfig,
@@ -43,6 +44,48 @@ processor (no download); :data:`agentfly_train.tiny_model.TINY_POLICIES` maps ea
 LOGGERS = ("console", "wandb", "tensorboard")
 RESUME_MODES = ("auto", "disable", "resume_path")
 SFT_SCHEDULES = ("linear", "cosine", "constant")
+
+
+CONTEXT_POLICIES = "agentfly_train.context_policies:CONTEXT_POLICIES"
+"""The registry of ``agent.context.policy``, by entry point (this package imports nothing above it)."""
+SUMMARY_PROMPT = (
+    "You are summarising the earlier steps of an agent working on the task below, for the agent that continues "
+    "it. In a few sentences, say what it did, what it found out and what is left to do."
+)
+"""The default instruction of ``agent.context.policy=summarize``'s requests."""
+
+
+@dataclass
+class ContextConfig:
+    """What an episode's next turn is sampled after (``agent.context``; :mod:`agentfly_train.context_policies`).
+
+    Attributes:
+        policy: ``full`` (every turn: the context grows by prefix), ``window`` (the system and first user message and
+            the last ``window`` turns), ``mask_observations`` (every turn, the env's answers older than the last
+            ``window`` turns replaced by ``placeholder``) or ``summarize`` (the last ``window`` turns, after the
+            task followed by a summary of the older turns that the policy itself writes; its tokens are not
+            trained). Every policy but ``full`` trains step-wise (``step_wise``).
+        window: Turns kept whole by ``window``, ``mask_observations`` and ``summarize`` (>= 1).
+        placeholder: What stands for an old env answer's content under ``mask_observations``.
+        summary_tokens: New tokens of a ``summarize`` summary, at most.
+        summary_prompt: The instruction of a ``summarize`` request (followed by the task, the earlier summary and the
+            turns to summarise).
+        step_wise: Train each turn as its own row, in exactly the context it was sampled in (its sampled tokens
+            after that context), with its episode's advantage, also where the context grows by prefix (``full``);
+            ``false``: one row per episode where the context is never rewritten.
+    """
+
+    policy: str = setting("full", Registered(CONTEXT_POLICIES))
+    window: int = setting(4, Positive())
+    placeholder: str = "[observation omitted]"
+    summary_tokens: int = setting(256, Positive())
+    summary_prompt: str = SUMMARY_PROMPT
+    step_wise: bool = False
+
+    @property
+    def rewrites_context(self) -> bool:
+        """Whether the policy rebuilds the context between turns (every policy but ``full``)."""
+        return load_entry_point(CONTEXT_POLICIES).get(self.policy).rewrites_context
 
 
 @dataclass
@@ -101,6 +144,8 @@ class AgentConfig:
         image_max_pixels: Largest image the policy sees, in pixels (width x height): the image processor scales a
             larger screenshot down (aspect kept, sides in multiples of its patch size) for rollouts and the loss
             alike; ``null``: the processor's own limit.
+        context: The context policy (``agent.context.policy``, ``.window``, ...) and step-wise training
+            (``agent.context.step_wise``): :class:`ContextConfig`.
     """
 
     env: str | None = None
@@ -122,6 +167,7 @@ class AgentConfig:
     imports: list[str] = field(default_factory=list)
     max_images: int | None = setting(None, NonNegative(" (null: no cap)"))
     image_max_pixels: int | None = setting(None, Positive(allow_none=True))
+    context: ContextConfig = field(default_factory=ContextConfig)
 
     @property
     def sees_images(self) -> bool:
@@ -130,9 +176,22 @@ class AgentConfig:
 
     @property
     def trains_turn_rows(self) -> bool:
-        """Whether the rollout rewrites an episode's context between turns (past reasoning dropped, or screenshots
-        beyond ``max_images``), so that each turn is trained as its own sample."""
-        return self.past_reasoning == "drop" or (self.sees_images and self.max_images is not None)
+        """Whether each turn is trained as its own row, in the context it was sampled in: asked for
+        (``context.step_wise``), or the rollout rewrites an episode's context between turns (past reasoning dropped,
+        screenshots beyond ``max_images``, a context policy other than ``full``). The one place that decides."""
+        return self.turn_rows_setting is not None
+
+    @property
+    def turn_rows_setting(self) -> str | None:
+        """The setting that makes the run train turn rows (:attr:`trains_turn_rows`), as the user writes it, or
+        ``None``."""
+        settings = {
+            "agent.past_reasoning=drop": self.past_reasoning == "drop",
+            "agent.max_images": self.sees_images and self.max_images is not None,
+            f"agent.context.policy={self.context.policy}": self.context.rewrites_context,
+            "agent.context.step_wise=true": self.context.step_wise,
+        }
+        return next((setting for setting, on in settings.items() if on), None)
 
     @property
     def turns(self) -> int:

@@ -54,6 +54,7 @@ def validate(config: TrainConfig) -> None:
             f"{name} runs turn by turn"
         )
     check_fields(config)
+    _validate_context(config)
     if agent.reward_name is not None and config.custom_reward_function.path is not None:
         raise ConfigError(
             "agent.reward_name and custom_reward_function.path both replace the env's scoring: set one of them"
@@ -227,6 +228,22 @@ def _validate_model_path(config: TrainConfig) -> None:
             continue
         if path.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path):
             raise ConfigError(f"{key}={path!r}: no such directory (and not a Hub id like Qwen/Qwen2.5-3B-Instruct)")
+
+
+def _validate_context(config: TrainConfig) -> None:
+    """What the chosen context policy (``agent.context.policy``) cannot serve: screenshots, which its rebuilt
+    contexts do not keep apart, and warm-start demonstrations of a policy that writes summaries."""
+    agent, policy = config.agent, chosen(config.agent.context, "policy")
+    if policy.rewrites_context and agent.sees_images:
+        raise ConfigError(
+            f"agent.context.policy={agent.context.policy} rebuilds contexts from text turns, not screenshots "
+            "(agent.env_kwargs.obs=screenshot); use agent.max_images to bound a vision-language episode's context"
+        )
+    if policy.writes_summaries and config.sft.enable:
+        raise ConfigError(
+            f"agent.context.policy={agent.context.policy}: the sft.* warm start's demonstrations have no policy to "
+            "write their summaries; set sft.enable=false or another context policy"
+        )
 
 
 def _validate_images(config: TrainConfig) -> None:

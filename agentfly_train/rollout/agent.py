@@ -12,7 +12,7 @@ from agentfly_envs.runtime import EnvPool
 from agentfly_train.generation.base import GenerationBackend, SamplingParams
 from agentfly_train.rollout.asynchronous import run_rollouts_async
 from agentfly_train.rollout.codec import ChatCodec
-from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, rewrites_context, summarize
+from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, summarize
 from agentfly_train.rollout.sync import run_rollouts
 
 
@@ -50,9 +50,9 @@ class AgentRollout:
     @property
     def turn_rows(self) -> int | None:
         """Rows per episode when each turn trains in its own context (the turn budget), or ``None`` for one row per
-        episode: the context is rewritten between turns when the codec drops past reasoning or when screenshots
-        beyond ``budgets.max_images`` are dropped (:func:`~agentfly_train.rollout.training_rows`)."""
-        return self.budgets.max_turns if rewrites_context(self.codec, self.budgets.max_images) else None
+        episode (:attr:`~agentfly_train.rollout.RolloutBudgets.step_wise`,
+        :func:`~agentfly_train.rollout.training_rows`)."""
+        return self.budgets.max_turns if self.budgets.step_wise else None
 
     def run(
         self,
@@ -111,6 +111,7 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         "prompt_tokens": len(trajectory.prompt_ids),
         "completion_tokens": len(trajectory.completion_ids),
         "sampled_tokens": sum(trajectory.env_mask),
+        **({"context_summaries": trajectory.history.summaries} if trajectory.history.summaries else {}),
     }
 
 

@@ -245,8 +245,9 @@ def test_the_warm_starts_rows_of_a_screenshot_episode_are_the_rows_rl_trains_on(
         env.reset(options={"index": 0})
         golden = env.unwrapped.golden_actions()
         task = env.unwrapped.tasks.row(0)
-        rows = golden_token_rows(env, codec, [task], max_images=max_images)
-        budgets = RolloutBudgets(max_turns=2, max_tokens_per_turn=64, response_length=4096, max_images=max_images)
+        budgets = RolloutBudgets(max_turns=2, max_tokens_per_turn=64, response_length=4096, max_images=max_images,
+                                 step_wise=max_images is not None)  # fmt: skip
+        rows = golden_token_rows(env, codec, [task], rollout=budgets)
         with ThreadPoolExecutor(1) as executor:
             [trajectory] = run_rollouts(
                 [env], [task], ScriptedPolicy(codec, golden), codec, budgets, SamplingParams(), executor
