@@ -15,8 +15,8 @@ sampled token:
 
 A policy that rewrites the context makes the episode train step-wise: each turn its own row, the context it was
 sampled in followed by its sampled tokens (:attr:`~agentfly_train.config.AgentConfig.trains_turn_rows`). Only the
-standard library and the registry are imported here (the configuration reads :data:`CONTEXT_POLICIES`); the codec
-is the rollout's :class:`~agentfly_train.rollout.ChatCodec`.
+standard library and the registry are imported here (the configuration reads :data:`CONTEXT_POLICIES`, and the
+rollout, above, uses the policies); the codec is the rollout's (:class:`ChatCodec` says what of it is used).
 """
 
 from __future__ import annotations
@@ -24,13 +24,28 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from agentfly_envs.registry import Registry
 
 if TYPE_CHECKING:
     from agentfly_train.config.schema import ContextConfig
-    from agentfly_train.rollout.codec import ChatCodec
+
+
+class ChatCodec(Protocol):
+    """What a policy uses of the rollout's codec (:class:`~agentfly_train.rollout.ChatCodec`, in the package above)."""
+
+    tokenizer: Any
+    reasoning_end: str | None
+
+    def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]: ...
+
+    def observation_ids(
+        self, env_messages: Sequence[Mapping[str, Any]], closed_turn: bool, action: Any = None
+    ) -> list[int]: ...
+
+    def request_ids(self, text: str) -> list[int]: ...
+
 
 SUMMARY_HEADER = "Summary of your earlier steps:"
 """The line after which the summary follows the task in the prompt of ``summarize``."""

@@ -9,10 +9,15 @@ import math
 import pytest
 
 from tests.helpers.processes import run_cli
-from tests.helpers.runs import quickstart_command, quickstart_config, step_records
+from tests.helpers.readme import readme_command, runs_readme_command
+from tests.helpers.runs import quickstart_config, step_records
 
+SUMMARIZE = (
+    "python -m agentfly_train --config quickstart agent.context.policy=summarize agent.context.window=2 "
+    "agent.max_turns=8 sft.enable=false"
+)
+"""The documented command (docs/training.md)."""
 TINY_RUN = (
-    "agent.context.window=1",
     "agent.context.summary_tokens=16",
     "sft.enable=false",
     "trainer.total_training_steps=2",
@@ -33,11 +38,11 @@ def _trained_two_steps(run_dir) -> None:
 
 
 @pytest.mark.slow
-def test_a_summarize_run_trains_two_steps_from_the_command_line(tmp_path):
-    done = run_cli(
-        quickstart_command("agent.context.policy=summarize", *TINY_RUN, f"trainer.default_local_dir={tmp_path}"),
-        timeout=600,
-    )
+@runs_readme_command(SUMMARIZE)
+def test_a_summarize_run_trains_two_steps_from_the_command_line(readme, tmp_path):
+    changes = {"agent.context.window": "1", "agent.max_turns": "4"}
+    command = readme_command(readme, changes, ["--no-progress", *TINY_RUN, f"trainer.default_local_dir={tmp_path}"])
+    done = run_cli(command.argv, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     _trained_two_steps(tmp_path)
 
@@ -49,7 +54,7 @@ def test_a_summarize_run_trains_two_steps_from_the_command_line(tmp_path):
 def test_a_step_wise_run_trains_two_steps(tmp_path, setting):
     from agentfly_train.train import run
 
-    config = quickstart_config([setting, *TINY_RUN, f"trainer.default_local_dir={tmp_path}"])
+    config = quickstart_config([setting, "agent.context.window=1", *TINY_RUN, f"trainer.default_local_dir={tmp_path}"])
     assert config.agent.trains_turn_rows
     run(config, show_progress=False)
     _trained_two_steps(tmp_path)
