@@ -99,12 +99,15 @@ class ContextPolicy:
     Attributes:
         rewrites_context: Whether the context is rebuilt between turns (each turn then trains as its own row).
         writes_summaries: Whether the policy asks the backend for summaries (:meth:`summary_request`).
+        settings: The keys of ``agent.context`` the policy reads besides ``policy`` and ``step_wise`` (another set is
+            a config error).
         window: Turns kept whole after the prompt.
         summary_tokens: New tokens of a summary, at most (0: the policy writes none).
     """
 
     rewrites_context: ClassVar[bool] = True
     writes_summaries: ClassVar[bool] = False
+    settings: ClassVar[tuple[str, ...]] = ("window",)
 
     def __init__(self, window: int = 1, summary_tokens: int = 0) -> None:
         self.window = window
@@ -146,6 +149,7 @@ class FullContext(ContextPolicy):
     ``agent.context.step_wise``)."""
 
     rewrites_context = False
+    settings = ()
 
 
 class WindowContext(ContextPolicy):
@@ -158,6 +162,8 @@ class WindowContext(ContextPolicy):
 class MaskedObservations(ContextPolicy):
     """``mask_observations``: every turn's sampled tokens; the env's answers older than the last ``window`` turns
     replaced by ``placeholder`` (each message's content; the template's text around it stays)."""
+
+    settings = ("window", "placeholder")
 
     def __init__(self, window: int, placeholder: str) -> None:
         super().__init__(window)
@@ -189,6 +195,7 @@ class SummarizedContext(ContextPolicy):
     each time turns leave the window."""
 
     writes_summaries = True
+    settings = ("window", "summary_tokens", "summary_prompt")
 
     def __init__(self, window: int, summary_tokens: int, prompt: str) -> None:
         super().__init__(window, summary_tokens)

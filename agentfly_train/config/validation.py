@@ -17,7 +17,7 @@ from agentfly_envs.registry import load_entry_point
 from agentfly_train.config.actor_rollout_ref import RolloutConfig
 from agentfly_train.config.constraints import Registered, constraint_of
 from agentfly_train.config.errors import ConfigError, check_choice, check_non_negative
-from agentfly_train.config.schema import TINY_MODEL, TrainConfig, TrainerConfig
+from agentfly_train.config.schema import CONTEXT_POLICIES, TINY_MODEL, ContextConfig, TrainConfig, TrainerConfig
 
 GENERATION_BACKENDS = "agentfly_train.generation.base:GENERATION_BACKENDS"
 """The generation backends' registry (:class:`~agentfly_train.generation.base.BackendRegistry`), by entry point."""
@@ -231,9 +231,22 @@ def _validate_model_path(config: TrainConfig) -> None:
 
 
 def _validate_context(config: TrainConfig) -> None:
-    """What the chosen context policy (``agent.context.policy``) cannot serve: screenshots, which its rebuilt
-    contexts do not keep apart, and warm-start demonstrations of a policy that writes summaries."""
+    """What the chosen context policy (``agent.context.policy``) cannot serve: settings of other policies, screenshots,
+    which its rebuilt contexts do not keep apart, and warm-start demonstrations of a policy that writes summaries."""
     agent, policy = config.agent, chosen(config.agent.context, "policy")
+    context, default = agent.context, ContextConfig()
+    unused = [
+        item.name
+        for item in fields(context)
+        if item.name not in ("policy", "step_wise", *policy.settings)
+        and getattr(context, item.name) != getattr(default, item.name)
+    ]
+    if unused:
+        readers = [name for name, other in load_entry_point(CONTEXT_POLICIES).items() if unused[0] in other.settings]
+        raise ConfigError(
+            f"agent.context.{unused[0]} has no effect under agent.context.policy={context.policy}; the policies that "
+            f"read it: {', '.join(readers)}"
+        )
     if policy.rewrites_context and agent.sees_images:
         raise ConfigError(
             f"agent.context.policy={agent.context.policy} rebuilds contexts from text turns, not screenshots "

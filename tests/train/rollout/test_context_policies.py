@@ -174,6 +174,16 @@ def test_each_turn_trains_in_the_context_it_was_sampled_in_on_real_tokenizers(fa
         (["agent.context.policy=windows"], "context policy 'windows' is not registered; did you mean 'window'"),
         (["agent.context.policy=window", "agent.context.window=0"], "agent.context.window must be > 0"),
         (["agent.context.summary_tokens=0"], "agent.context.summary_tokens must be > 0"),
+        (
+            ["agent.context.window=2"],
+            "agent.context.window has no effect under agent.context.policy=full; the policies that read it: "
+            "mask_observations, summarize, window",
+        ),
+        (
+            ["agent.context.policy=window", "agent.context.placeholder=gone"],
+            "agent.context.placeholder has no effect under agent.context.policy=window; the policies that read it: "
+            "mask_observations",
+        ),
         (["agent.context.policy=summarize"], "sft.* warm start's demonstrations have no policy to write"),
         (
             ["agent.context.policy=window", *SCREENSHOTS],
