@@ -213,7 +213,7 @@ class SummarizedContext(ContextPolicy):
         return _joined(prompt_ids, self.recent(history))
 
     def summary_request(self, history: TurnHistory, codec: ChatCodec) -> list[int] | None:
-        leaving = history.turns[history.summarized : len(history.turns) - self.window]
+        leaving = history.turns[history.summarized : self._older(history)]
         if not leaving:
             return None
         steps = "\n".join(_transcript(turn, codec) for turn in leaving)
@@ -229,8 +229,12 @@ class SummarizedContext(ContextPolicy):
             text = text.rpartition(codec.reasoning_end)[2]
         history.summary = text.strip()
         history.summaries.append(history.summary)
-        history.summarized = len(history.turns) - self.window
+        history.summarized = self._older(history)
         return self.context_ids(prompt_ids, history, codec)
+
+    def _older(self, history: TurnHistory) -> int:
+        """How many of the oldest turns lie outside the window."""
+        return max(len(history.turns) - self.window, 0)
 
 
 def _joined(prompt_ids: list[int], turns: Sequence[ContextTurn]) -> list[int]:

@@ -19,7 +19,7 @@ from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts, trai
 from agentfly_train.rollout.stream import BatchedRequests, EpisodeStream, run_to_end
 from tests.helpers.runs import quickstart_config
 
-TURNS, WINDOW = 6, 2
+TURNS, WINDOW = 7, 3
 TOKENIZERS = Path.home() / ".cache" / "agentfly-tokenizers"
 FAMILIES = {  # family: (env parser, agent.template)
     "qwen3": ("tool_calls", None),
