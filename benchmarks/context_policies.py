@@ -3,15 +3,14 @@ runs the episodes and trains on them, each policy against ``full`` at the same l
 
 The episodes: ``agentfly/Arith-Calc`` played for exactly ``--turns`` turns by a scripted policy that calls the
 calculator every turn with ``--expression`` (``7**150``: a 127-digit answer, standing for a tool's long output), so
-every episode is as long as asked and every policy sees the same turns. The policy is
-scripted, the model's work is not: the tiny model (``agentfly:tiny``, saved once here) is fed every request, the
-turn's context followed by its answer, as generation's prefill would (its log-probs are the rollout's), and the
-summaries of ``summarize`` are requests too (a fixed summary of about 30 tokens, whose prompt tokens are counted
-apart). Then one training pass: a forward and backward pass over every training row (``full``:
-one row per episode, its prompt and whole completion; the others: a row per turn, the context it was sampled in and
-its sampled tokens). Each policy and length runs in a fresh process, whose peak resident set (``os.wait4``) is the
-figure: interpreter, torch and model included, so the ratios understate what the policies save in the model's
-activations alone.
+every episode is as long as asked and every policy sees the same turns. Tokens per turn are
+counted on the requests the policy is given (the context each turn is sampled after; ``summarize``'s summary requests,
+answered with a fixed summary of about 20 tokens, are counted apart). The model's work is then one training pass
+with the tiny model (``agentfly:tiny``, saved once here): a forward and backward pass over every training row
+(``full``: one row per episode, its prompt and whole completion; the others: a row per turn, the context it was
+sampled in and its sampled tokens). Each policy and length runs in a fresh process, whose peak resident set
+(``os.wait4``) is the figure: interpreter, torch and model included, so the ratios understate what the policies save
+in the model's activations alone.
 
     python benchmarks/context_policies.py --turns 10 30 100 --json benchmarks/results/context_policies.json
 """
@@ -62,20 +61,16 @@ def measure(policy: str, turns: int, args: argparse.Namespace) -> dict[str, floa
     summary = [*codec.encode(SUMMARY), codec.eos_token_id]
     fed: dict[str, list[int]] = {"turn": [], "summary": []}
 
-    class ForcedPolicy:
-        """The calculator call every turn and :data:`SUMMARY` to every summary request, each fed to the model after
-        its prompt (teacher forcing) for its log-probs."""
+    class ScriptedCalls:
+        """The calculator call every turn and :data:`SUMMARY` to every summary request; counts their prompts."""
 
         def generate(self, prompts, max_new_tokens, params):
             out = []
             for prompt in prompts:
-                kind = "summary" if "You are summarising" in tokenizer.decode(prompt[:96]) else "turn"
+                kind = "summary" if "You are summarising" in tokenizer.decode(prompt) else "turn"
                 tokens = summary if kind == "summary" else call
                 fed[kind].append(len(prompt))
-                with torch.no_grad():
-                    logits = model(torch.tensor([[*prompt, *tokens]])).logits[0, len(prompt) - 1 : -1]
-                logprobs = logits.log_softmax(-1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
-                out.append(Generation(list(tokens), logprobs.tolist(), True))
+                out.append(Generation(list(tokens), [0.0] * len(tokens), True))
             return out
 
     config = ContextConfig(policy=policy, window=args.window, summary_tokens=len(summary))
@@ -84,7 +79,7 @@ def measure(policy: str, turns: int, args: argparse.Namespace) -> dict[str, floa
     tasks = [envs[0].unwrapped.tasks.row(i) for i in range(episodes)]
     start = time.perf_counter()
     with ThreadPoolExecutor(episodes) as executor:
-        trajectories = run_rollouts(envs, tasks, ForcedPolicy(), codec, budgets, SamplingParams(), executor)
+        trajectories = run_rollouts(envs, tasks, ScriptedCalls(), codec, budgets, SamplingParams(), executor)
     rollout_s = time.perf_counter() - start
     assert all(t.num_turns == turns for t in trajectories), [t.finish_reason for t in trajectories]
     rows = training_rows(trajectories, turns if budgets.step_wise else None)
@@ -132,10 +127,13 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=2, help="episodes per policy and length")
     parser.add_argument("--window", type=int, default=4, help="agent.context.window")
     parser.add_argument("--expression", default="7**150", help="what the scripted policy asks the calculator")
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES), help="full is the baseline")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--child", nargs=2, metavar=("POLICY", "TURNS"), help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if "full" not in args.policies:
+        parser.error("--policies needs full, the baseline of the ratios")
     if args.child:
         policy, turns = args.child
         print(json.dumps(measure(policy, int(turns), args)))
@@ -146,7 +144,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         checkpoint = str(build_tiny_checkpoint(directory))
         for turns in args.turns:
-            figures = {policy: run_child(policy, turns, args, checkpoint) for policy in POLICIES}
+            figures = {policy: run_child(policy, turns, args, checkpoint) for policy in args.policies}
             for row in figures.values():
                 row["tokens_ratio"] = row["tokens_per_turn"] / figures["full"]["tokens_per_turn"]
                 row["rss_ratio"] = row["peak_rss_mib"] / figures["full"]["peak_rss_mib"]
