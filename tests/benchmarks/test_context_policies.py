@@ -9,8 +9,6 @@ import pytest
 from tests.helpers.processes import run_cli
 from tests.helpers.readme import readme_command, runs_readme_command
 
-COMMAND = "python benchmarks/context_policies.py --turns 10 30 100 --json benchmarks/results/context_policies.json"
-
 
 @pytest.mark.slow  # a tokenizer trained and four processes that load torch
 @runs_readme_command(

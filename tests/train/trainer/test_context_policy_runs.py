@@ -12,11 +12,6 @@ from tests.helpers.processes import run_cli
 from tests.helpers.readme import readme_command, runs_readme_command
 from tests.helpers.runs import quickstart_config, step_records
 
-SUMMARIZE = (
-    "python -m agentfly_train --config quickstart agent.context.policy=summarize agent.context.window=2 "
-    "agent.max_turns=8 sft.enable=false"
-)
-"""The documented command (docs/training.md)."""
 TINY_RUN = (
     "agent.context.summary_tokens=16",
     "sft.enable=false",
@@ -38,7 +33,10 @@ def _trained_two_steps(run_dir) -> None:
 
 
 @pytest.mark.slow
-@runs_readme_command(SUMMARIZE)
+@runs_readme_command(
+    "python -m agentfly_train --config quickstart agent.context.policy=summarize agent.context.window=2 "
+    "agent.max_turns=8 sft.enable=false"
+)
 def test_a_summarize_run_trains_two_steps_from_the_command_line(readme, tmp_path):
     changes = {"agent.context.window": "1", "agent.max_turns": "4"}
     command = readme_command(readme, changes, ["--no-progress", *TINY_RUN, f"trainer.default_local_dir={tmp_path}"])
