@@ -13,7 +13,6 @@ from tests.helpers.readme import readme_command, runs_readme_command
 from tests.helpers.runs import quickstart_config, step_records
 
 TINY_RUN = (
-    "agent.context.summary_tokens=16",
     "sft.enable=false",
     "trainer.total_training_steps=2",
     "trainer.val_before_train=false",
@@ -39,7 +38,8 @@ def _trained_two_steps(run_dir) -> None:
 )
 def test_a_summarize_run_trains_two_steps_from_the_command_line(readme, tmp_path):
     changes = {"agent.context.window": "1", "agent.max_turns": "4"}
-    command = readme_command(readme, changes, ["--no-progress", *TINY_RUN, f"trainer.default_local_dir={tmp_path}"])
+    add = ["--no-progress", "agent.context.summary_tokens=16", *TINY_RUN, f"trainer.default_local_dir={tmp_path}"]
+    command = readme_command(readme, changes, add)
     done = run_cli(command.argv, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     _trained_two_steps(tmp_path)
@@ -52,7 +52,8 @@ def test_a_summarize_run_trains_two_steps_from_the_command_line(readme, tmp_path
 def test_a_step_wise_run_trains_two_steps(tmp_path, setting):
     from agentfly_train.train import run
 
-    config = quickstart_config([setting, "agent.context.window=1", *TINY_RUN, f"trainer.default_local_dir={tmp_path}"])
+    window = [] if "step_wise" in setting else ["agent.context.window=1"]  # full reads no window
+    config = quickstart_config([setting, *window, *TINY_RUN, f"trainer.default_local_dir={tmp_path}"])
     assert config.agent.trains_turn_rows
     run(config, show_progress=False)
     _trained_two_steps(tmp_path)
