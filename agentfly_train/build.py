@@ -19,6 +19,7 @@ from agentfly_envs.runtime import ENV_RUNTIMES, EnvPool, PoolSettings, RemoteEnv
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.judge import judge_of
 from agentfly_train.config.schema import TrainConfig, TrainerConfig
+from agentfly_train.context_policies import context_policy
 from agentfly_train.data import RunData, run_data
 from agentfly_train.generation.base import GENERATION_BACKENDS, SamplingParams
 from agentfly_train.models import make_codec
@@ -55,6 +56,21 @@ def env_pool(config: TrainConfig, kwargs: dict[str, Any]) -> EnvPool:
         raise ConfigError(f"actor_rollout_ref.rollout.env_workers / env_worker_*: {error}") from None
 
 
+def rollout_budgets(config: TrainConfig, truncation_reward: float = 0.0) -> RolloutBudgets:
+    """The configured agent's episode limits (an episode they cut short gets ``truncation_reward``), its context
+    policy (``agent.context``) and whether it trains step-wise
+    (:attr:`~agentfly_train.config.AgentConfig.trains_turn_rows`)."""
+    return RolloutBudgets(
+        max_turns=config.agent.turns,
+        max_tokens_per_turn=config.agent.max_tokens_per_turn,
+        response_length=config.actor_rollout_ref.rollout.response_length,
+        max_images=config.agent.max_images,
+        truncation_reward=truncation_reward,
+        context=context_policy(config.agent.context),
+        step_wise=config.agent.trains_turn_rows,
+    )
+
+
 def agent_rollout(
     config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any], async_episodes: bool, truncation_reward: float
 ) -> AgentRollout:
@@ -72,13 +88,7 @@ def agent_rollout(
     return AgentRollout(
         pool=pool,
         codec=codec,
-        budgets=RolloutBudgets(
-            max_turns=config.agent.turns,
-            max_tokens_per_turn=config.agent.max_tokens_per_turn,
-            response_length=rollout.response_length,
-            max_images=config.agent.max_images,
-            truncation_reward=truncation_reward,
-        ),
+        budgets=rollout_budgets(config, truncation_reward),
         train_params=SamplingParams(rollout.temperature, rollout.top_p, rollout.top_k),
         val_params=SamplingParams(rollout.val_temperature, rollout.top_p, rollout.top_k),
         executor=ThreadPoolExecutor(max_workers=threads),
@@ -311,7 +321,7 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
         if config.sft.enable and checkpoint is None:  # the first sft.num_demos training rows' demonstrations
             sft, seed = config.sft, config.trainer.seed
             demos = data.train[: sft.num_demos]
-            phases = warm_start_phases(data.env, data.contract, codec, demos, sft, seed, config.agent.max_images)
+            phases = warm_start_phases(data.env, data.contract, codec, demos, sft, seed, rollout_budgets(config))
             model, result.sft_loss = warm_start(
                 model, tokenizer, phases, lr=sft.lr, batch_size=sft.batch_size, use_cpu=device == "cpu", seed=seed,
                 bf16=args.bf16, warmup_ratio=sft.warmup_ratio, images=codec.images, show_progress=show_progress,

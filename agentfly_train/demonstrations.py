@@ -45,15 +45,16 @@ def golden_token_rows(
     guess_fraction: float = 0.0,
     seed: int = 0,
     wrong_guesses: bool = False,
-    max_images: int | None = None,
+    rollout: RolloutBudgets | None = None,
 ) -> Rows:
     """Tokenised demonstrations: golden episodes, and optionally guesses.
 
     Each demonstration is played through the rollout's own episode logic as a scripted episode
     (:func:`~agentfly_train.rollout.episode.play_turns`), its assistant turns standing for sampled ones, so its rows
     are those RL trains on: screenshots expanded to their placeholder tokens (never trained), and, where the rollout
-    rewrites the context between turns (past reasoning dropped, screenshots beyond ``max_images``),
-    one row per turn in the context the turn would have been sampled in
+    trains step-wise (past reasoning dropped, screenshots beyond ``max_images``, a context policy,
+    :attr:`~agentfly_train.rollout.RolloutBudgets.step_wise`), one row per turn in the context the turn would have
+    been sampled in
     (:func:`~agentfly_train.rollout.training_rows`).
 
     Args:
@@ -70,7 +71,8 @@ def golden_token_rows(
             demonstration is often of the same task); a task no other answer differs from is demonstrated in full.
             These wrong answers are trained on: a model that has memorised the few tasks' answers must still learn
             that its guesses fail.
-        max_images: The rollout's cap on images in an episode's context (``agent.max_images``; ``None``: no cap).
+        rollout: The rollout's budgets: its cap on images, its context policy and whether it trains step-wise (its
+            turn and token limits do not bind demonstrations); ``None``: no cap, the full context, a row per episode.
 
     Returns:
         Rows with ``input_ids`` (prompt + completion) and ``assistant_masks`` (1 on assistant tokens), in task order
@@ -79,7 +81,7 @@ def golden_token_rows(
         row's images in the order of their placeholder tokens (PIL images).
     """
     demonstrator = _Demonstrator.of(env_contract(env), codec, tasks, guess_fraction, seed, wrong_guesses)
-    [rows] = _demonstrated_rows(env, codec, tasks, [demonstrator], max_images)
+    [rows] = _demonstrated_rows(env, codec, tasks, [demonstrator], rollout)
     return rows
 
 
@@ -90,7 +92,7 @@ def warm_start_phases(
     tasks: Sequence[Mapping[str, Any]],
     sft: SFTWarmupConfig,
     seed: int,
-    max_images: int | None = None,
+    rollout: RolloutBudgets | None = None,
 ) -> list[WarmStartPhase]:
     """The ``sft.*`` warm start's phases: the first ``sft.golden_fraction`` of ``sft.steps`` on golden episodes
     (:func:`golden_token_rows`), the rest on the demonstrations with ``sft.guess_fraction`` guesses. Each phase warms
@@ -105,7 +107,7 @@ def warm_start_phases(
         tasks: The demonstrated task rows.
         sft: The ``sft`` config section.
         seed: Seed of the guesses.
-        max_images: The rollout's cap on images in an episode's context (``agent.max_images``).
+        rollout: The rollout's budgets (:func:`golden_token_rows`).
 
     Returns:
         The phases with steps, in order (one where the other would have none).
@@ -120,7 +122,7 @@ def warm_start_phases(
         ]
         if steps
     ]
-    demonstrated = _demonstrated_rows(env, codec, tasks, [demonstrator for demonstrator, _ in phases], max_images)
+    demonstrated = _demonstrated_rows(env, codec, tasks, [demonstrator for demonstrator, _ in phases], rollout)
     return [replace(phase, rows=rows) for (_, phase), rows in zip(phases, demonstrated, strict=True)]
 
 
@@ -129,13 +131,13 @@ def _demonstrated_rows(
     codec: ChatCodec,
     tasks: Sequence[Mapping[str, Any]],
     demonstrators: Sequence[_Demonstrator],
-    max_images: int | None,
+    rollout: RolloutBudgets | None,
 ) -> list[Rows]:
     """Each demonstrator's rows of ``tasks`` (a list per demonstrator), task by task and, within a task, demonstrator
     by demonstrator; a task that several demonstrate in full is played once. A demonstration that met an
     infrastructure failure gives no rows: it teaches nothing."""
-    budgets = RolloutBudgets(max_turns=sys.maxsize, max_tokens_per_turn=sys.maxsize, response_length=sys.maxsize,
-                             max_images=max_images)  # fmt: skip
+    unlimited = {"max_turns": sys.maxsize, "max_tokens_per_turn": sys.maxsize, "response_length": sys.maxsize}
+    budgets = replace(rollout, **unlimited) if rollout is not None else RolloutBudgets(**unlimited)
     rows: list[Rows] = [[] for _ in demonstrators]
     for index, task in enumerate(tasks):
         in_full = None
@@ -143,7 +145,7 @@ def _demonstrated_rows(
             guesses = demonstrator.may_guess(index)
             if guesses or in_full is None:
                 trajectory = play_turns(env, task, codec, functools.partial(demonstrator.turns, index), budgets)
-                played = [] if trajectory.excluded else supervised_rows(trajectory, codec, max_images)
+                played = [] if trajectory.excluded else supervised_rows(trajectory, codec, budgets.step_wise)
                 if not guesses:
                     in_full = played
             demonstrated += played if guesses else in_full

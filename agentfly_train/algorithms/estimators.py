@@ -82,10 +82,9 @@ class AdvantageEstimator:
             )
         if agent.trains_turn_rows and (not self.compares_responses or algorithm.use_kl_in_reward):
             whole = ", ".join(other for other, entry in ADVANTAGE_ESTIMATORS.items() if entry.compares_responses)
-            setting = "agent.past_reasoning=drop" if agent.past_reasoning == "drop" else "agent.max_images"
             raise ConfigError(
-                f"{setting} trains each turn as its own sample with its episode's advantage, which needs "
-                f"an estimator of whole responses ({whole}) and algorithm.use_kl_in_reward=false; got "
+                f"{agent.turn_rows_setting} trains each turn as its own sample, which needs an estimator that "
+                f"compares whole responses ({whole}) and algorithm.use_kl_in_reward=false; got "
                 f"adv_estimator={name}, use_kl_in_reward={algorithm.use_kl_in_reward}"
             )
         if self.needs_greedy_baseline and config.async_training.enable:

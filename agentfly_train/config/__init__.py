@@ -20,6 +20,7 @@ from agentfly_train.config.actor_rollout_ref import (
     RefConfig,
     RolloutConfig,
 )
+from agentfly_train.config.agent import AgentConfig, ContextConfig
 from agentfly_train.config.constraints import (
     CHECK,
     AtLeast,
@@ -57,7 +58,6 @@ from agentfly_train.config.schema import (
     TINY_MODEL,
     TINY_QWEN3_VL_MODEL,
     TINY_VL_MODEL,
-    AgentConfig,
     AlgorithmConfig,
     AsyncTrainingConfig,
     CriticConfig,
@@ -100,6 +100,7 @@ __all__ = [
     "AtLeast",
     "ConfigError",
     "Constraint",
+    "ContextConfig",
     "CriticConfig",
     "CriticModelConfig",
     "CustomRewardFunctionConfig",

@@ -16,6 +16,7 @@ from agentfly_train.config.actor_rollout_ref import (
     ActorRolloutRefConfig,
     OptimConfig,
 )
+from agentfly_train.config.agent import JUDGE_REWARDS, AgentConfig
 from agentfly_train.config.constraints import (
     AtLeast,
     NonNegative,
@@ -40,8 +41,6 @@ TINY_QWEN3_VL_MODEL = "agentfly:tiny-qwen3-vl"
 """``actor_rollout_ref.model.path`` value that builds a tiny Qwen3-VL-architecture model, tokenizer and image
 processor (no download); :data:`agentfly_train.tiny_model.TINY_POLICIES` maps each tiny name to its builders."""
 
-JUDGE_REWARDS = ("judge", "rubric", "group_rank")
-"""``agent.reward_name`` values scored by the LLM judge of ``reward.judge.*`` (:mod:`agentfly_envs.judge`)."""
 SELF_JUDGE = "rollout"
 """``reward.judge.url`` value naming the run's own vLLM server (``actor_rollout_ref.rollout.mode=server``)."""
 
@@ -49,112 +48,6 @@ SELF_JUDGE = "rollout"
 LOGGERS = ("console", "wandb", "tensorboard")
 RESUME_MODES = ("auto", "disable", "resume_path")
 SFT_SCHEDULES = ("linear", "cosine", "constant")
-
-
-@dataclass
-class AgentConfig:
-    """The agent: which env, how the model talks to it, and the rollout budgets.
-
-    Attributes:
-        env: Registered env id (``agentfly/...``), ``openenv:<url>`` (an env on a server speaking OpenEnv's
-            protocol) or ``verifiers:<module>`` (a verifiers taskset); ``null`` (AgentFly's way) builds the env from
-            the guide's parts: the rows of ``data.train_files`` (``agentfly/Files``), ``agent.tools``,
-            ``agent.reward_name`` and ``agent.agent_type``.
-        env_kwargs: Extra ``gymnasium.make`` keyword arguments (e.g. ``level`` for Arith-Calc).
-        tool_options: Per-tool options, ``{tool: {option: value}}`` (the env's ``tool_options``), e.g.
-            ``{google_search: {backend: bm25, corpus_file: wiki.jsonl}}``.
-        agent_type: ``hf`` (the model family's own tool-call format, read with transformers' response parsing and
-            written as its chat template renders calls: Qwen's ``<tool_call>`` JSON, Llama 3.1's bare JSON, gpt-oss's
-            commentary channel...), ``hermes`` (``<tool_call>`` JSON blocks whatever the template), ``react``,
-            ``code`` (formats the system prompt describes, with the tools) or ``gui`` (GUI agents' actions, UI-TARS's
-            ``Action: click(start_box='(x,y)')`` or Qwen2.5-VL's ``computer_use`` calls, for the web envs): a name
-            in the env parsers (``hf`` names the ``tool_calls`` parser: the trainer reads the chat template's own
-            tool calls and hands the env structured calls, :mod:`agentfly_train.chat_templates.families`).
-        tools: Tool names replacing the env's defaults (``google_search`` is our ``search`` under AgentFly's
-            name), and MCP servers whose tools the agent may call too: ``mcp:<command line>`` (a stdio server) or
-            ``mcp:http(s)://...`` (a streamable-HTTP one; the ``mcp`` extra); ``null`` keeps the env's
-            (``[calculator]`` for an env built from files).
-        model_name_or_path: Alias of ``actor_rollout_ref.model.path`` (AgentFly's spelling).
-        template: Chat template: ``null`` for the tokenizer's own, one we ship (``compact_tools``, ``qwen2_5_vl``,
-            ``qwen3_vl``), a TRL template name (``qwen2_5``, ``llama3_1``, ...) or a path to a ``.jinja`` file. One
-            that rewrites past turns (Qwen3's, gpt-oss's) is replaced by TRL's training variant of its family for
-            rollouts and the warm start (a ``note:`` says so).
-        chat_template_kwargs: Extra variables of the chat template, passed to every rendering (rollouts, warm
-            start, dry run), e.g. ``{enable_thinking: false}`` for Qwen3 or ``{reasoning_effort: low}`` for gpt-oss.
-        past_reasoning: What a reasoning model's earlier turns keep of their reasoning in the next turn's prompt:
-            ``keep`` (the sampled tokens as they are: one growing sequence per episode, trained once) or ``drop``
-            (the tokens through the end of the turn's reasoning, e.g. Qwen3's ``</think>``, leave the context; each
-            turn is then trained as its own sample in the context it was sampled in, with its episode's advantage).
-        reward_name: Registered reward function replacing the env's scoring; ``null`` keeps it. ``judge``, ``rubric``
-            and ``group_rank`` score ended episodes with the LLM judge of ``reward.judge.*`` instead (the env's own
-            reward still decides ``accuracy``).
-        turn_reward_name: Registered turn reward (``agentfly_envs.turn_rewards``, e.g. ``tool_error_penalty``) the env
-            adds to each step's reward (the env's ``turn_reward``): the episode's reward is then the sum of its
-            turns' rewards; ``null``: only the step that ends the episode pays.
-        max_turns: Assistant turns per episode.
-        num_chains: Rollouts per prompt (the GRPO group size).
-        max_tokens_per_turn: New tokens per assistant turn (also capped by what is left of
-            ``actor_rollout_ref.rollout.response_length``).
-        use_agent: ``false`` gives the model one turn and no tools.
-        backend: Generation backend, ``hf`` or ``vllm`` (alias of ``actor_rollout_ref.rollout.name``); AgentFly's
-            ``async_verl``, ``verl``, ``async_vllm`` mean ``vllm``, ``transformers`` means ``hf``
-            (:data:`agentfly_train.generation.base.GENERATION_BACKENDS` knows these names).
-        imports: The user's modules (dotted names) or ``.py`` files, imported before the configuration is checked
-            (and on every process that builds envs): what they register (tools, rewards, parsers, env ids,
-            estimators, backends) can then be named by the other keys.
-        max_images: Images (screenshots) in an episode's context, prompt and observations together: the newest are
-            kept, and each older one is replaced by a line of text, so the policy always sees the latest screens;
-            each turn is then trained as its own sample in the context it was sampled in (as with
-            ``past_reasoning=drop``). ``null``: no cap (the context keeps every screenshot).
-        image_max_pixels: Largest image the policy sees, in pixels (width x height): the image processor scales a
-            larger screenshot down (aspect kept, sides in multiples of its patch size) for rollouts and the loss
-            alike; ``null``: the processor's own limit.
-        program: The user's agent, ``<module or path/file.py>:<function>``, played instead of the trainer's turn loop:
-            called (sync or async) with ``endpoint`` (``base_url``, ``api_key``, ``model``: an OpenAI-compatible
-            ``/v1/chat/completions`` served from the policy, one per episode) and ``task`` (the row), it returns a
-            float reward or a string answer the env scores against the row (:mod:`agentfly_train.programs`; each
-            choice a request samples is a turn of ``max_turns``); ``null``: the trainer's own turn loop.
-        program_timeout: Seconds an episode's program may run; one that runs longer scores 0 (counted in
-            ``reward/errors``).
-    """
-
-    env: str | None = None
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    tool_options: dict[str, Any] = field(default_factory=dict)
-    agent_type: str = setting("hf", Registered("agentfly_envs.parsers:PARSERS"))
-    tools: list[str] | None = setting(None, Registered("agentfly_envs.tools:TOOLS", prefixes=("mcp:",)))
-    model_name_or_path: str | None = None
-    template: str | None = None
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    past_reasoning: str = setting("keep", OneOf(("keep", "drop")))
-    reward_name: str | None = setting(None, Registered("agentfly_envs.rewards:REWARDS", also=JUDGE_REWARDS))
-    turn_reward_name: str | None = setting(None, Registered("agentfly_envs.turn_rewards:TURN_REWARDS"))
-    max_turns: int = setting(4, Positive())
-    num_chains: int = setting(8, Positive())
-    max_tokens_per_turn: int = setting(1024, Positive())
-    use_agent: bool = True
-    backend: str | None = None
-    imports: list[str] = field(default_factory=list)
-    max_images: int | None = setting(None, NonNegative(" (null: no cap)"))
-    image_max_pixels: int | None = setting(None, Positive(allow_none=True))
-    program: str | None = None
-    program_timeout: float = setting(300.0, Positive())
-
-    @property
-    def sees_images(self) -> bool:
-        """Whether the env's observations hold images (``env_kwargs.obs=screenshot``): a vision-language policy."""
-        return self.env_kwargs.get("obs") == "screenshot"
-
-    @property
-    def trains_turn_rows(self) -> bool:
-        """Whether the rollout rewrites an episode's context between turns (past reasoning dropped, or screenshots
-        beyond ``max_images``), so that each turn is trained as its own sample."""
-        return self.past_reasoning == "drop" or (self.sees_images and self.max_images is not None)
-
-    @property
-    def turns(self) -> int:
-        """The turns an episode may take: ``max_turns``, or 1 with ``use_agent=false``."""
-        return self.max_turns if self.use_agent else 1
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 
 from agentfly_envs.registry import load_entry_point
 from agentfly_train.config.actor_rollout_ref import RolloutConfig
+from agentfly_train.config.agent import CONTEXT_POLICIES, ContextConfig
 from agentfly_train.config.constraints import Registered, constraint_of
 from agentfly_train.config.errors import ConfigError, check_choice, check_non_negative
 from agentfly_train.config.judge import judge_of
@@ -56,6 +57,7 @@ def validate(config: TrainConfig) -> None:
             f"{name} runs turn by turn"
         )
     check_fields(config)
+    _validate_context(config)
     if agent.reward_name is not None and config.custom_reward_function.path is not None:
         raise ConfigError(
             "agent.reward_name and custom_reward_function.path both replace the env's scoring: set one of them"
@@ -84,8 +86,8 @@ def validate(config: TrainConfig) -> None:
 
 
 def _validate_program(config: TrainConfig) -> None:
-    """``agent.program``: a function that imports, on the turn-synchronous schedule, with an estimator that trains
-    a row per turn (an episode's requests may not extend each other)."""
+    """``agent.program``: a function that imports, on the turn-synchronous schedule (the estimator's check asks for
+    one that trains a row per turn: :attr:`~agentfly_train.config.agent.AgentConfig.trains_turn_rows`)."""
     from agentfly_envs.user_code import UserCodeError, load_function
 
     if config.agent.program is None:
@@ -100,14 +102,6 @@ def _validate_program(config: TrainConfig) -> None:
         raise ConfigError(
             "agent.program runs its episodes as whole programs: off-policy training (async_training.enable=true) "
             "is not served for them; set async_training.enable=false"
-        )
-    algorithm = config.algorithm
-    if not chosen(algorithm, "adv_estimator").compares_responses or algorithm.use_kl_in_reward:
-        raise ConfigError(
-            "agent.program trains a row per request where a program rewrites its history, with its episode's "
-            "advantage, which needs an estimator of whole responses (grpo, rloo, ...) and "
-            f"algorithm.use_kl_in_reward=false; got adv_estimator={algorithm.adv_estimator}, "
-            f"use_kl_in_reward={algorithm.use_kl_in_reward}"
         )
 
 
@@ -259,6 +253,35 @@ def _validate_model_path(config: TrainConfig) -> None:
             continue
         if path.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path):
             raise ConfigError(f"{key}={path!r}: no such directory (and not a Hub id like Qwen/Qwen2.5-3B-Instruct)")
+
+
+def _validate_context(config: TrainConfig) -> None:
+    """What the chosen context policy (``agent.context.policy``) cannot serve: settings of other policies, screenshots,
+    which its rebuilt contexts do not keep apart, and warm-start demonstrations of a policy that writes summaries."""
+    agent, policy = config.agent, chosen(config.agent.context, "policy")
+    context, default = agent.context, ContextConfig()
+    unused = [
+        item.name
+        for item in fields(context)
+        if item.name not in ("policy", "step_wise", *policy.settings)
+        and getattr(context, item.name) != getattr(default, item.name)
+    ]
+    if unused:
+        readers = [name for name, other in load_entry_point(CONTEXT_POLICIES).items() if unused[0] in other.settings]
+        raise ConfigError(
+            f"agent.context.{unused[0]} has no effect under agent.context.policy={context.policy}; the policies that "
+            f"read it: {', '.join(readers)}"
+        )
+    if policy.rewrites_context and agent.sees_images:
+        raise ConfigError(
+            f"agent.context.policy={agent.context.policy} rebuilds contexts from text turns, not screenshots "
+            "(agent.env_kwargs.obs=screenshot); use agent.max_images to bound a vision-language episode's context"
+        )
+    if policy.writes_summaries and config.sft.enable:
+        raise ConfigError(
+            f"agent.context.policy={agent.context.policy}: the sft.* warm start's demonstrations have no policy to "
+            "write their summaries; set sft.enable=false or another context policy"
+        )
 
 
 def _validate_images(config: TrainConfig) -> None:

@@ -12,7 +12,7 @@ from agentfly_envs.runtime import EnvPool
 from agentfly_train.generation.base import GenerationBackend, SamplingParams
 from agentfly_train.rollout.asynchronous import run_rollouts_async
 from agentfly_train.rollout.codec import ChatCodec
-from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, rewrites_context, summarize
+from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, summarize
 from agentfly_train.rollout.judging import JudgeRewards
 from agentfly_train.rollout.sync import run_rollouts
 
@@ -75,12 +75,10 @@ class AgentRollout:
     @property
     def turn_rows(self) -> int | None:
         """Rows per episode when each turn trains in its own context (the turn budget), or ``None`` for one row per
-        episode: the context is rewritten between turns when the codec drops past reasoning or when screenshots
-        beyond ``budgets.max_images`` are dropped (:func:`~agentfly_train.rollout.training_rows`), or with an agent
-        program, whose requests need not extend each other (an episode whose requests did is its one growing row,
-        :attr:`~agentfly_train.rollout.Trajectory.grows`)."""
-        rewrites = self.program is not None or rewrites_context(self.codec, self.budgets.max_images)
-        return self.budgets.max_turns if rewrites else None
+        episode (:attr:`~agentfly_train.rollout.RolloutBudgets.step_wise`, which an agent program's episodes also
+        are: an episode whose requests extended each other is its one growing row,
+        :attr:`~agentfly_train.rollout.Trajectory.grows`; :func:`~agentfly_train.rollout.training_rows`)."""
+        return self.budgets.max_turns if self.budgets.step_wise else None
 
     def run(
         self,
@@ -147,6 +145,7 @@ def trajectory_record(trajectory: Trajectory) -> dict[str, Any]:
         "prompt_tokens": len(trajectory.prompt_ids),
         "completion_tokens": len(trajectory.completion_ids),
         "sampled_tokens": sum(trajectory.env_mask),
+        **({"context_summaries": trajectory.history.summaries} if trajectory.history.summaries else {}),
     }
 
 

@@ -225,6 +225,19 @@ class ChatCodec:
         render = functools.partial(self.render, add_generation_prompt=True)
         return self._encode_messages(messages, render, render(messages))
 
+    def request_ids(self, text: str) -> list[int]:
+        """A request outside the episode (a context policy's summary): ``text`` as the one user message of a chat
+        without tools, rendered and followed by the assistant header."""
+
+        def render(messages: Sequence[Mapping[str, Any]]) -> str:
+            return self.tokenizer.apply_chat_template(
+                list(messages), chat_template=self.chat_template, add_generation_prompt=True, tokenize=False,
+                **self.template_kwargs,
+            )  # fmt: skip
+
+        messages = [{"role": "user", "content": text}]
+        return self._encode_messages(messages, render, render(messages))
+
     def turn_ids(self, action: Action) -> list[int]:
         """An assistant turn as the policy samples it: its tokens through its end-of-turn token. Text is the
         turn's text; with the model's tool-call format, an action (a message, or text as its content) is written as

@@ -4,8 +4,11 @@ The completion of an episode is the concatenation of sampled tokens (``env_mask 
 observation tokens (``env_mask = 0``, never trained); the sampled tokens are never re-tokenised. Each turn is
 sampled after the episode's context: the prompt and the completion so far, or that context rewritten: without each
 earlier turn's reasoning tokens when the codec drops past reasoning (``agent.past_reasoning=drop``), or with the
-screenshots older than the newest ``agent.max_images`` replaced by a line of text; the trainer then trains each turn
-in the context it was sampled in (:func:`training_rows`, :func:`row_images`).
+screenshots older than the newest ``agent.max_images`` replaced by a line of text, or rebuilt by a context policy
+(``agent.context.policy``, :mod:`agentfly_train.context_policies`: a window of the last turns, old observations
+masked, or older turns summarised by the policy itself); the trainer then trains each turn in the context it was
+sampled in (:func:`training_rows`, :func:`row_images`), as it does with ``agent.context.step_wise`` where the context
+only grows.
 
 Budgets: ``max_tokens_per_turn`` new tokens per turn, ``response_length`` tokens per completion
 (sampled and observation tokens together), and ``max_turns`` assistant turns. An observation that would
@@ -25,6 +28,7 @@ import gymnasium as gym
 from agentfly_envs.core import ERROR_KINDS
 from agentfly_envs.errors import InfrastructureError, one_line
 from agentfly_envs.parsers import Action
+from agentfly_train.context_policies import ContextPolicy, ContextTurn, FullContext, TurnHistory
 from agentfly_train.generation import Generation
 from agentfly_train.rollout.codec import ChatCodec, assistant_message
 from agentfly_train.vision import message_images
@@ -51,6 +55,9 @@ class RolloutBudgets:
             are replaced by text (:meth:`~agentfly_train.rollout.ChatCodec.drop_oldest_images`). ``None``: no cap.
         truncation_reward: The reward of an episode these limits cut short (the env's
             :attr:`~agentfly_envs.contract.TrainableEnv.truncation_reward`).
+        context: The context policy (``agent.context.policy``): what each turn is sampled after.
+        step_wise: Whether each turn trains as its own row, in the context it was sampled in
+            (:attr:`~agentfly_train.config.AgentConfig.trains_turn_rows`; :func:`training_rows` with ``turns``).
     """
 
     max_turns: int
@@ -58,6 +65,8 @@ class RolloutBudgets:
     response_length: int
     max_images: int | None = None
     truncation_reward: float = 0.0
+    context: ContextPolicy = field(default_factory=FullContext)
+    step_wise: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,8 @@ class Trajectory:
         turn_rewards: Per assistant turn, the reward of the env's step on it (Gymnasium's: a turn reward, plus the
             outcome reward on the step that ends the episode); a turn the env never saw (the completion budget cut
             it) pays 0, and the truncation reward of an episode that the budgets ended is added to its last turn's.
+        history: The opening messages and, under a context policy that rewrites the context, the turns it is
+            rebuilt from and the summaries written (:class:`~agentfly_train.context_policies.TurnHistory`).
     """
 
     prompt_ids: list[int]
@@ -158,6 +169,7 @@ class Trajectory:
     turn_rewards: list[float] = field(default_factory=list)
     images: list[Any] = field(default_factory=list)
     grows: bool = False
+    history: TurnHistory = field(default_factory=TurnHistory)
 
     def __post_init__(self) -> None:
         self.context_ids = self.context_ids or [*self.prompt_ids, *self.completion_ids]
@@ -235,7 +247,7 @@ def start_episode(env: gym.Env, task: Mapping[str, Any], codec: ChatCodec, max_i
         return Trajectory(prompt_ids=[], infra_failure=failure, env_seconds=time.perf_counter() - start)
     messages = list(info["messages"])
     prompt, images = codec.drop_oldest_images(codec.prompt_ids(messages), message_images(messages), max_images)
-    trajectory = Trajectory(prompt_ids=prompt, messages=messages, images=images)
+    trajectory = Trajectory(prompt_ids=prompt, messages=messages, images=images, history=TurnHistory(list(messages)))
     trajectory.env_seconds = time.perf_counter() - start
     return trajectory
 
@@ -340,7 +352,8 @@ def record_turn(
     trajectory.messages.append(assistant_message(text))
     trajectory.num_turns += 1
     end, info = _record_step(trajectory, stepped)
-    trajectory.context_ids += codec.kept_ids(generation.token_ids)
+    kept = codec.kept_ids(generation.token_ids)
+    trajectory.context_ids += kept
     if end is None:
         messages = info["messages"]
         observation = codec.observation_ids(messages, closed_turn=generation.stopped, action=text)
@@ -348,6 +361,11 @@ def record_turn(
             trajectory.extend(observation, trained=False)
             trajectory.messages.extend(messages)
             trajectory.context_ids += observation
+            if budgets.context.rewrites_context:
+                turn = ContextTurn(kept, observation, messages, generation.stopped, text)
+                trajectory.context_ids = budgets.context.next_context(
+                    trajectory.prompt_ids, trajectory.history, turn, codec
+                )
             trajectory.context_ids, trajectory.images = codec.drop_oldest_images(
                 trajectory.context_ids, trajectory.images + message_images(messages), budgets.max_images
             )
@@ -379,11 +397,17 @@ def _record_step(trajectory: Trajectory, stepped: StepResult | None) -> tuple[st
     return None, info
 
 
-def rewrites_context(codec: ChatCodec, max_images: int | None) -> bool:
-    """Whether the context of an episode is rewritten between turns: the codec drops past reasoning, or screenshots
-    beyond ``max_images`` are dropped (:attr:`RolloutBudgets.max_images`). Each turn is then trained as its own row,
-    in the context it was sampled in (:func:`training_rows` with ``turns``)."""
-    return codec.drops_reasoning or (codec.images is not None and max_images is not None)
+def summary_request(trajectory: Trajectory, codec: ChatCodec, budgets: RolloutBudgets) -> list[int] | None:
+    """The prompt of the summary the context policy writes before the episode's next turn
+    (:meth:`~agentfly_train.context_policies.ContextPolicy.summary_request`), or ``None``."""
+    return budgets.context.summary_request(trajectory.history, codec)
+
+
+def take_summary(trajectory: Trajectory, generation: Generation, codec: ChatCodec, budgets: RolloutBudgets) -> None:
+    """Records the summary sampled for :func:`summary_request` (never trained) and rebuilds the episode's context with
+    it."""
+    history = trajectory.history
+    trajectory.context_ids = budgets.context.take_summary(trajectory.prompt_ids, history, generation.token_ids, codec)
 
 
 def training_rows(trajectories: Sequence[Trajectory], turns: int | None = None) -> dict[str, list[Any]]:
@@ -443,12 +467,12 @@ def row_images(trajectories: Sequence[Trajectory], turns: int | None = None) -> 
     return rows
 
 
-def supervised_rows(trajectory: Trajectory, codec: ChatCodec, max_images: int | None) -> list[dict[str, list[Any]]]:
+def supervised_rows(trajectory: Trajectory, codec: ChatCodec, step_wise: bool) -> list[dict[str, list[Any]]]:
     """A demonstrated episode's rows for supervised training, those RL would train on (:func:`training_rows`: a row per
-    turn where the context is rewritten between turns, :func:`rewrites_context`), each prompt and completion as one
+    turn when the rollout trains step-wise, :attr:`RolloutBudgets.step_wise`), each prompt and completion as one
     sequence: ``input_ids``, and ``assistant_masks`` (0 on the prompt, the completion's ``env_mask``); with a
     vision-language codec also ``images``, the row's images (:func:`row_images`)."""
-    turns = len(trajectory.turn_spans) if rewrites_context(codec, max_images) else None
+    turns = len(trajectory.turn_spans) if step_wise else None
     rollout_rows = training_rows([trajectory], turns)
     images = row_images([trajectory], turns)
     rows = []

@@ -38,6 +38,8 @@ from agentfly_train.rollout.episode import (
     replay,
     room_left,
     step_env,
+    summary_request,
+    take_summary,
     turn_budget,
 )
 
@@ -109,6 +111,7 @@ class _Request:
     key: int
     room: int
     version: int
+    summary: bool = False
 
 
 @dataclass
@@ -203,6 +206,10 @@ class EpisodeStream:
             finished = []
         for request_id, generation in finished:
             request = self._requests.pop(request_id)
+            if request.summary:
+                take_summary(self._episodes[request.key].trajectory, generation, self.codec, self.budgets)
+                self._submit(request.key)
+                continue
             text = self.codec.decode(generation.token_ids)
             if needs_env_step(generation, request.room):
                 future = self.executor.submit(step_env, self._episodes[request.key].env, text)
@@ -223,8 +230,14 @@ class EpisodeStream:
         return self._episodes[key].started_version
 
     def _submit(self, key: int) -> None:
+        """Submits the episode's next turn, or first the summary its context policy asks for (never trained)."""
         episode = self._episodes[key]
         request_id = f"episode-{key}-{next(_REQUEST_IDS)}"
+        summary = summary_request(episode.trajectory, self.codec, self.budgets)
+        if summary is not None:
+            self._requests[request_id] = _Request(key, 0, self.version, summary=True)
+            self.engine.submit(request_id, summary, self.budgets.context.summary_tokens, episode.params)
+            return
         self._requests[request_id] = _Request(key, room_left(episode.trajectory, self.budgets), self.version)
         prompt = list(episode.trajectory.context_ids)
         images = episode.trajectory.images  # only a backend that supports_images is given images (config checks)

@@ -23,6 +23,8 @@ from agentfly_train.rollout.episode import (
     replay,
     room_left,
     step_env,
+    summary_request,
+    take_summary,
     turn_budget,
 )
 
@@ -59,8 +61,9 @@ def run_rollouts(
     trajectories = [open_episode(env, task, codec, budgets, retries) for env, task in zip(envs, tasks, strict=True)]
     active = [index for index, trajectory in enumerate(trajectories) if trajectory.infra_failure is None]
     while active:
-        rooms = [room_left(trajectories[i], budgets) for i in active]
         start = time.perf_counter()
+        _write_summaries([trajectories[i] for i in active], backend, codec, budgets, params)
+        rooms = [room_left(trajectories[i], budgets) for i in active]
         images = [trajectories[i].images for i in active]
         generations = backend.generate(
             [list(trajectories[i].context_ids) for i in active],
@@ -91,3 +94,21 @@ def run_rollouts(
                     going.append(index)
         active = going
     return trajectories
+
+
+def _write_summaries(
+    trajectories: Sequence[Trajectory],
+    backend: GenerationBackend,
+    codec: ChatCodec,
+    budgets: RolloutBudgets,
+    params: SamplingParams,
+) -> None:
+    """The summaries the context policy asks for before the next turn of ``trajectories``, sampled in one batched call
+    and taken into their contexts (:func:`~agentfly_train.rollout.episode.take_summary`)."""
+    requests = [(t, ids) for t in trajectories if (ids := summary_request(t, codec, budgets)) is not None]
+    if not requests:
+        return
+    prompts = [ids for _, ids in requests]
+    written = backend.generate(prompts, [budgets.context.summary_tokens] * len(prompts), params)
+    for (trajectory, _), generation in zip(requests, written, strict=True):
+        take_summary(trajectory, generation, codec, budgets)

@@ -199,8 +199,8 @@ def test_an_unknown_program_is_one_config_error_line(program, error, capsys):
 def test_a_program_with_an_estimator_of_turns_or_off_policy_is_one_config_error_line(capsys):
     program = "agent.program=examples/programs/openai_sdk.py:solve"
     assert main(["--config", "quickstart", "--dry-run", program, "algorithm.adv_estimator=gae"]) == 2
-    assert capsys.readouterr().err.startswith("config error: agent.program trains a row per request where a program "
-                                              "rewrites its history")  # fmt: skip
+    assert capsys.readouterr().err.startswith("config error: agent.program trains each turn as its own sample, which "
+                                              "needs an estimator that compares whole responses")  # fmt: skip
     assert main(["--config", "quickstart", "--dry-run", program, "async_training.enable=true"]) == 2
     assert "off-policy training (async_training.enable=true) is not served" in capsys.readouterr().err
 

@@ -245,8 +245,9 @@ def test_the_warm_starts_rows_of_a_screenshot_episode_are_the_rows_rl_trains_on(
         env.reset(options={"index": 0})
         golden = env.unwrapped.golden_actions()
         task = env.unwrapped.tasks.row(0)
-        rows = golden_token_rows(env, codec, [task], max_images=max_images)
-        budgets = RolloutBudgets(max_turns=2, max_tokens_per_turn=64, response_length=4096, max_images=max_images)
+        budgets = RolloutBudgets(max_turns=2, max_tokens_per_turn=64, response_length=4096, max_images=max_images,
+                                 step_wise=max_images is not None)  # fmt: skip
+        rows = golden_token_rows(env, codec, [task], rollout=budgets)
         with ThreadPoolExecutor(1) as executor:
             [trajectory] = run_rollouts(
                 [env], [task], ScriptedPolicy(codec, golden), codec, budgets, SamplingParams(), executor
@@ -369,7 +370,7 @@ def _screenshot_overrides(*extra: str) -> list[str]:
         (["agent.max_images=-1"], "agent.max_images must be >= 0"),
         (
             ["agent.max_images=1", "algorithm.adv_estimator=reinforce_plus_plus"],
-            "agent.max_images trains each turn as its own sample with its episode's advantage",
+            "agent.max_images trains each turn as its own sample, which needs an estimator that compares",
         ),
     ],
 )

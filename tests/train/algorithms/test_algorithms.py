@@ -539,8 +539,8 @@ def configured(estimator: str, **changes: object):
         (
             "rloo",
             {"agent__past_reasoning": "drop", "algorithm__use_kl_in_reward": True},
-            "agent.past_reasoning=drop trains each turn as its own sample with its episode's advantage, which needs an "
-            "estimator of whole responses (gigpo, gpg, grpo, grpo_passk, grpo_turns, opo, rloo, rloo_turns) and "
+            "agent.past_reasoning=drop trains each turn as its own sample, which needs an estimator that compares "
+            "whole responses (gigpo, gpg, grpo, grpo_passk, grpo_turns, opo, rloo, rloo_turns) and "
             "algorithm.use_kl_in_reward=false; got adv_estimator=rloo, use_kl_in_reward=True",
         ),
         (

@@ -4,6 +4,7 @@ special tokens and TRL's copy of its template (no network, no real tokenizer fil
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import gymnasium as gym
 import pytest
@@ -344,7 +345,7 @@ def test_dropped_past_reasoning_is_the_prompt_at_rollout_and_in_training(name):
                 [env], [info["task"]], ReplayBackend(list(golden_turns)), codec, budgets, SamplingParams(), executor
             )
         expected = training_rows([played], turns=2 if drop else None)
-        demos = golden_token_rows(env, codec, [info["task"]])
+        demos = golden_token_rows(env, codec, [info["task"]], rollout=replace(budgets, step_wise=drop))
         assert [row["input_ids"] for row in demos] == [
             p + c for p, c in zip(expected["prompt_ids"], expected["completion_ids"], strict=True)
         ]
