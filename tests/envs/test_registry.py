@@ -44,11 +44,11 @@ def test_builtin_registries_hold_what_the_readme_lists():
         "world_success",
     }  # fmt: skip
     assert set(TASKS) == {
-        "arithmetic", "code_tests", "files", "gsm8k", "hotpotqa", "miniwob", "scienceworld", "textarena",
+        "arithmetic", "code_tests", "files", "gsm8k", "hotpotqa", "maze", "miniwob", "scienceworld", "textarena",
         "textworld_express",
     }  # fmt: skip
     assert set(RETRIEVERS) == {"bm25", "context", "http"}
-    assert set(WORLDS) == {"scienceworld", "textarena", "textworld_express"}
+    assert set(WORLDS) == {"maze", "scienceworld", "textarena", "textworld_express"}
 
 
 def test_an_entry_point_is_named_without_importing_and_imported_when_looked_up(tmp_path, monkeypatch):

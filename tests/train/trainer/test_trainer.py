@@ -315,8 +315,9 @@ def test_rollout_correction_with_several_optimiser_steps_per_batch_uses_the_roll
 def test_dropped_reasoning_trains_each_turn_as_a_row_with_its_episodes_advantage(warm_policy, tmp_path):
     """With past reasoning dropped, TRL gets ``max_turns`` rows per episode, each the turn's sampled tokens after the
     context it was sampled in, and every sampled token of an episode has the episode's GRPO advantage. (The tiny
-    policy does not reason: its tool-call tag stands in for the end of a reasoning block.)"""
-    trainer = _trainer(warm_policy, tmp_path)
+    policy does not reason: its tool-call tag stands in for the end of a reasoning block, and the turn rows that
+    ``agent.past_reasoning=drop`` asks for are asked for by ``agent.context.step_wise``.)"""
+    trainer = _trainer(warm_policy, tmp_path, "agent.context.step_wise=true")
     trainer.agent.codec.reasoning_end = "<tool_call>"
     turns = trainer.agent.turn_rows
     assert turns == 2  # LEARNING_TASKS' max_turns
