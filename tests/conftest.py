@@ -21,7 +21,7 @@ collect_ignore = ["helpers/fsdp_on_cpu", "envs/tools/mcp_servers"]
 """Not collected for ``--doctest-modules``: a ``sitecustomize`` for the training processes the tests start, which
 patches Accelerate where it is imported, and the MCP servers the MCP tests start (scripts of the ``mcp`` extra)."""
 if TRAIN_EXTRA_MISSING:
-    collect_ignore += ["helpers/red_or_blue.py", "helpers/scripted.py", "helpers/programs.py"]
+    collect_ignore += ["helpers/red_or_blue.py", "helpers/scripted.py", "helpers/programs.py", "helpers/logprobs.py"]
 
 # --- the suite runs in parallel (pytest-xdist, `-n auto` in pyproject.toml) --------------------------------------
 
