@@ -399,7 +399,8 @@ def test_saved_episodes_carry_the_advantage_each_turn_trains_with(warm_policy, t
 def test_with_turn_rows_each_row_trains_with_its_turns_saved_advantage(warm_policy, tmp_path):
     """``grpo_turns`` with past reasoning dropped (each turn its own row): every row's tokens get the advantage saved
     for its turn."""
-    trainer = _trainer(warm_policy, tmp_path, "algorithm.adv_estimator=grpo_turns", "trainer.log_train_generations=8")
+    trainer = _trainer(warm_policy, tmp_path, "algorithm.adv_estimator=grpo_turns", "trainer.log_train_generations=8",
+                       "agent.context.step_wise=true")  # fmt: skip
     trainer.agent.codec.reasoning_end = "<tool_call>"  # as in the dropped-reasoning test above
     turns = trainer.agent.turn_rows
     inputs = trainer._generate_and_score_completions(_generation_batch(trainer))  # before TRL shuffles the rows
