@@ -120,6 +120,13 @@ def warm_start_policy(steps: int, num_tasks: int, guess_fraction: float, directo
     return directory
 
 
+SMALLEST = (
+    "agent.max_tokens_per_turn=8",
+    "actor_rollout_ref.rollout.response_length=32",
+    "actor_rollout_ref.model.tiny_hidden_size=32",
+)
+"""The documented runs at the smallest sizes: turns of 8 tokens, a tiny model."""
+
 TINY_RUN = (
     "actor_rollout_ref.model.tiny_hidden_size=32",
     "sft.steps=2",

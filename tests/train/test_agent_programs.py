@@ -19,7 +19,7 @@ from agentfly_train.rollout import RolloutBudgets, failure_notes, training_rows
 from agentfly_train.tiny_model import build_model
 from tests.helpers.programs import SEEN, ScriptedTurns
 from tests.helpers.readme import readme_command, runs_readme_command
-from tests.helpers.runs import step_records
+from tests.helpers.runs import SMALLEST, step_records
 
 pytest.importorskip("aiohttp", reason='needs the "programs" extra')
 pytest.importorskip("openai", reason='needs the "programs" extra')
@@ -238,11 +238,6 @@ TRAIN_A_PROGRAM = (
     "python -m agentfly_train --config quickstart agent.program=examples/programs/openai_sdk.py:solve "
     "sft.enable=false data.train_batch_size=2 agent.num_chains=2 data.val_size=2 trainer.total_training_steps=2 "
     "'trainer.logger=[console]'"
-)
-SMALLEST = (
-    "agent.max_tokens_per_turn=8",
-    "actor_rollout_ref.rollout.response_length=32",
-    "actor_rollout_ref.model.tiny_hidden_size=32",
 )
 
 

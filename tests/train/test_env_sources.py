@@ -17,7 +17,7 @@ from agentfly_train.config import load_config
 from tests.helpers.paths import REPO_ROOT
 from tests.helpers.processes import free_port
 from tests.helpers.readme import readme_command, runs_readme_command
-from tests.helpers.runs import step_records
+from tests.helpers.runs import SMALLEST, step_records
 
 TINY_SUMS = '''"""A verifiers taskset: add two numbers; the reward checks the reply's last word."""
 import verifiers.v1 as vf
@@ -58,14 +58,6 @@ def test_a_verifiers_taskset_scores_as_its_rewards(tmp_path, monkeypatch):
     assert reward == 0.0 and step_info["reward_components"] == {"correct": 0.0}
     with pytest.raises(TaskFormatError, match="field answer"):
         env.reset(options={"task": {"prompt": "1 + 1 ="}})
-
-
-SMALLEST = (
-    "agent.max_tokens_per_turn=8",
-    "actor_rollout_ref.rollout.response_length=32",
-    "actor_rollout_ref.model.tiny_hidden_size=32",
-)
-"""The documented runs at the smallest sizes: turns of 8 tokens, a tiny model."""
 
 
 @pytest.mark.slow  # two RL steps of the tiny model

@@ -10,7 +10,7 @@ import pytest
 
 from agentfly_train.__main__ import main
 from tests.helpers.readme import readme_command, runs_readme_command
-from tests.helpers.runs import step_records
+from tests.helpers.runs import SMALLEST, step_records
 
 pytest.importorskip("mcp", reason='needs the mcp SDK (the "mcp" extra)')
 
@@ -19,11 +19,6 @@ TRAIN_WITH_MCP = (
     "'agent.tools=[calculator,\"mcp:python tests/envs/tools/mcp_servers/toolbox.py\"]' sft.enable=false "
     "data.train_batch_size=2 agent.num_chains=2 data.val_size=2 trainer.total_training_steps=2 "
     "'trainer.logger=[console]'"
-)
-SMALLEST = (
-    "agent.max_tokens_per_turn=8",
-    "actor_rollout_ref.rollout.response_length=32",
-    "actor_rollout_ref.model.tiny_hidden_size=32",
 )
 
 
