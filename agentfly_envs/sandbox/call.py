@@ -1,6 +1,6 @@
 """One call in a session: send the code, wait for the reply under the wall clock and the CPU budget, and judge how
 it ended. What the session's process does is read from the host's ``/proc``, never asked of the session, whose code
-could lie."""
+could lie (its CPU time at start-up, which it reports before any code has run, is the one thing taken from it)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def run_call(
     timeout_s: float | None,
     limits: SandboxLimits,
     slots: threading.BoundedSemaphore,
+    last: bool = False,
 ) -> Execution:
     """Runs one call in ``process``; never raises for anything the code does.
 
@@ -47,6 +48,8 @@ def run_call(
         timeout_s: Wall-clock limit of this call, in seconds (default: ``limits.timeout_s``).
         limits: The session's limits.
         slots: The pool's calls running at once; the call holds one while it runs.
+        last: The session is killed after this call, so threads and processes the code left are not looked for
+            (they end with it).
 
     Raises:
         Gone: the interpreter was gone before the code could run.
@@ -61,18 +64,19 @@ def run_call(
     request.update(timeout_s=timeout_s, cpu_s=limits.cpu_s)
     with slots:
         start = time.monotonic()  # the call's time counts from here: a wait for a free worker is not the code's
-        cpu_before = cpu_seconds_if_alive(process)
+        cpu_before = _cpu_seconds_at_start(process)
         if cpu_before is None:  # killed while it waited (a spare): the code has not run, no crash of the agent's
             raise Gone("the interpreter had died before the call")
         try:
-            protocol.send(process.sock, request)
+            process.stream.send(request)
         except OSError as e:
             raise Gone(f"the interpreter had died ({e})") from None
         process.calls += 1
         cpu_budget = cpu_before + limits.cpu_s + GRACE_S
         reply, detail = _await_reply(process, request["id"], time.monotonic() + timeout_s + GRACE_S, cpu_budget)
-    threads = threads_left(process.pid) if reply.answered else 0
-    processes = processes_left(process.pid, threads) if reply.answered else 0
+    looked_for = reply.answered and not last
+    threads = threads_left(process.pid) if looked_for else 0
+    processes = processes_left(process.pid, threads) if looked_for else 0
     seconds = time.monotonic() - start
     output = read_output(process.output_fd, limits.output_bytes)
     os.ftruncate(process.output_fd, 0)  # hold no output memory between calls
@@ -86,17 +90,19 @@ def run_call(
 
 
 def _wait_ready(process: SessionProcess) -> None:
-    """Reads the guard's message (the session's pid) and the session's ``ready`` (or why it failed)."""
+    """Reads the guard's message (the session's pid) and the session's ``ready`` with its CPU time so far (or why it
+    failed)."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not process.ready:
         try:
-            message = protocol.receive(process.sock, deadline, protocol.MAX_REPLY_BYTES)
+            message = process.stream.receive(deadline, protocol.MAX_REPLY_BYTES)
         except (protocol.ProtocolError, TimeoutError) as e:
             raise Gone(f"the session did not start: {e}") from None
         if "pid" in message:
             process.pid = int(message["pid"])
         elif message.get("ready") and process.pid:
             process.ready = True
+            process.ready_cpu_s = float(message.get("cpu_s", 0.0))
         else:
             raise SandboxError(f"a sandbox session failed to start: {message.get('error', message)}")
 
@@ -109,17 +115,26 @@ def _await_reply(process: SessionProcess, request_id: str, deadline: float, cpu_
     try:
         while True:
             wait = min(deadline - time.monotonic(), CPU_CHECK_S)
-            if wait > 0 and not protocol.wait_readable(process.sock, wait):
+            if wait > 0 and not process.stream.wait(wait):
                 if cpu_seconds(process.pid) > cpu_budget:
                     return Reply.CPU_KILLED, "it used up its CPU time and did not stop"
                 continue
-            reply = protocol.receive(process.sock, deadline, protocol.MAX_REPLY_BYTES)
+            reply = process.stream.receive(deadline, protocol.MAX_REPLY_BYTES)
             if reply.get("id") == request_id:  # other replies (forged by the code) are skipped
                 return Reply.parse(reply.get("status")), str(reply.get("detail", ""))
     except TimeoutError:
         return Reply.KILLED, "it did not stop at its time limit"
     except (protocol.ProtocolError, OSError) as e:
         return Reply.CRASHED, f"the interpreter died ({e})"
+
+
+def _cpu_seconds_at_start(process: SessionProcess) -> float | None:
+    """The session's CPU time before a call, in seconds, or ``None`` when it is gone. Before its first call that is
+    what its ``ready`` said, and its guard's pidfd tells whether it lives (a new process's first ``/proc`` reads are
+    the dearest part of a call); later calls read ``/proc`` (:func:`cpu_seconds_if_alive`), since code has run."""
+    if process.calls == 0:
+        return None if protocol.wait_readable(process.pidfd, 0) else process.ready_cpu_s
+    return cpu_seconds_if_alive(process)
 
 
 def cpu_seconds_if_alive(process: SessionProcess) -> float | None:

@@ -7,10 +7,8 @@ stopping the server drops them.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
-import fcntl
 import functools
 import json
 import logging
@@ -57,13 +55,16 @@ _WARNED_UNISOLATED = False  # isolation="none" warns once per process
 
 
 class SessionProcess:
-    """The pool's handles on one session: its socket, its output file, a pidfd of its guard and, once it is
-    ready, the session's pid (a child of the guard, so it stays the session's while the guard lives)."""
+    """The pool's handles on one session: its socket (as a :class:`~.protocol.MessageStream`), its output file, a
+    pidfd of its guard and, once it is ready, the session's pid (a child of the guard, so it stays the session's while
+    the guard lives) and the CPU time it had used then, in seconds (its start-up: it reports that before any code
+    has run, so it is not the code's word)."""
 
     def __init__(self, sock: socket.socket, output_fd: int, pidfd: int) -> None:
-        self.sock, self.output_fd, self.pidfd = sock, output_fd, pidfd
+        self.stream, self.output_fd, self.pidfd = protocol.MessageStream(sock), output_fd, pidfd
         self.ready = False
         self.pid = 0
+        self.ready_cpu_s = 0.0
         self.calls = 0
         self._release = weakref.finalize(self, _kill_and_close, sock, output_fd, pidfd)
 
@@ -97,7 +98,7 @@ class ForkServerHandle:
         self.root = ""  # the fork server's directory of work dirs, removed if it dies without cleaning up
         self.control: socket.socket | None = None
         self.isolation: Isolation | None = None
-        self._pending: collections.deque[tuple[socket.socket, int]] = collections.deque()
+        self._pending = 0  # spawn requests sent and not answered yet: the spares
         self._retired: list[tuple[subprocess.Popen, str]] = []  # replaced fork servers and their directories
 
     @property
@@ -154,57 +155,36 @@ class ForkServerHandle:
             )
 
     def take(self, limits: SandboxLimits, spares: int) -> SessionProcess:
-        """A forked session, from the spares when there is one; tops the spares up to ``spares`` (as far as this
-        process has file descriptors for them). The server must be started."""
+        """A forked session, from the spares when there is one; asks for more up to ``spares``. The server must be
+        started.
+
+        Raises:
+            OSError: ``EMFILE``: this process has no file descriptors left for the session's three.
+        """
         if not self._pending:
             self._request_spawn(limits)
         process = self._receive_spawn()
-        try:
-            while len(self._pending) < spares:
-                self._request_spawn(limits)
-        except OSError as e:
-            if e.errno not in TOO_MANY_FILES:
-                raise
-            # Out of descriptors for a spare: the session in hand still serves; the next take says so.
+        while self._pending < spares:
+            self._request_spawn(limits)
         return process
 
     def _request_spawn(self, limits: SandboxLimits) -> None:
-        ours, theirs = socket.socketpair()
-        output_fd = os.memfd_create("agentfly-sandbox-output")
-        try:
-            fcntl.fcntl(output_fd, fcntl.F_SETFL, fcntl.fcntl(output_fd, fcntl.F_GETFL) | os.O_APPEND)
-            protocol.send_control(self.control, _spawn_request(limits), [theirs.fileno(), output_fd])
-        except BaseException:
-            ours.close()
-            os.close(output_fd)
-            raise
-        finally:
-            theirs.close()
-        self._pending.append((ours, output_fd))
+        protocol.send_control(self.control, _spawn_request(limits))
+        self._pending += 1
 
     def _receive_spawn(self) -> SessionProcess:
-        ours, output_fd = self._pending.popleft()
-        try:
-            reply, fds = protocol.receive_control(self.control, max_fds=1)
-        except BaseException:
-            ours.close()
-            os.close(output_fd)
-            raise
-        if not reply.get("ok") or len(fds) != 1:
-            ours.close()
-            os.close(output_fd)
+        self._pending -= 1
+        reply, fds = protocol.receive_control(self.control, max_fds=3)
+        if not reply.get("ok") or len(fds) != 3:
             for fd in fds:
                 os.close(fd)
             raise SandboxError(f"the sandbox could not start a session: {reply.get('error', reply)}")
-        return SessionProcess(ours, output_fd, fds[0])
+        return SessionProcess(socket.socket(fileno=fds[0]), fds[1], fds[2])
 
     def stop(self, retire: bool) -> None:
         """Stops the fork server: it kills its sessions, or, to ``retire`` it, spawns no more and exits once
         its live sessions have ended (a new one then serves the pool)."""
-        while self._pending:
-            ours, output_fd = self._pending.popleft()
-            ours.close()
-            os.close(output_fd)
+        self._pending = 0  # their answers die with the control socket (the kernel closes descriptors in flight)
         for server, root in [(server, root) for server, root in self._retired if server.poll() is not None]:
             self._retired.remove((server, root))
             if os.path.exists(root):  # it died before it cleaned up
@@ -242,10 +222,7 @@ class ForkServerHandle:
         """In a forked child: drop the parent's handles without touching the parent's fork server."""
         if self.control is not None:
             self.control.close()
-        for ours, output_fd in self._pending:
-            ours.close()
-            os.close(output_fd)
-        self._pending.clear()
+        self._pending = 0
         self._retired = []
         self.control, self.process = None, None
 

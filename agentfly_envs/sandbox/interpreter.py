@@ -18,7 +18,6 @@ import math
 import os
 import resource
 import signal
-import socket
 import sys
 import time
 import traceback
@@ -62,14 +61,14 @@ class Interpreter:
         self._stdout, self._stderr = os.dup(1), os.dup(2)
         self._restore_stdio()
 
-    def serve(self, sock: socket.socket) -> None:
+    def serve(self, stream: protocol.MessageStream) -> None:
         """Answers run requests until the pool closes the socket."""
         while True:
             try:
-                request = protocol.receive(sock)
+                request = stream.receive()
             except protocol.ProtocolError:
                 return
-            protocol.send(sock, self.run(request))
+            stream.send(self.run(request))
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         """Runs one cell and returns the reply: ``{"id", "status", "detail"}`` (``id`` echoes the request's).

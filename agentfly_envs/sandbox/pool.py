@@ -105,9 +105,10 @@ class SandboxPool:
         return SandboxSession(self)
 
     def run(self, code: str, *, timeout_s: float | None = None) -> Execution:
-        """Runs ``code`` as a program in a fresh interpreter that is discarded afterwards."""
+        """Runs ``code`` as a program in a fresh interpreter that is discarded afterwards (with every thread and
+        process the code started: the result does not look for them, so it never says ``restarted`` for them)."""
         with self.session() as session:
-            return session.run(code, echo=False, timeout_s=timeout_s)
+            return session._run(code, echo=False, timeout_s=timeout_s, last=True)
 
     def close(self) -> None:
         """Stops the fork server, which kills every session of this pool. The pool cannot be used afterwards."""
@@ -210,6 +211,10 @@ class SandboxSession:
         Raises:
             SandboxError: the sandbox itself failed (never for anything the code does).
         """
+        return self._run(code, echo=echo, timeout_s=timeout_s, last=False)
+
+    def _run(self, code: str, *, echo: bool, timeout_s: float | None, last: bool) -> Execution:
+        """:meth:`run`; ``last``: the session is closed after this call (see :func:`~.call.run_call`)."""
         with self._lock:
             lost_state = False
             attempts = self.pool.spares + 2  # every spare may have died while it waited, then one fresh fork
@@ -217,7 +222,8 @@ class SandboxSession:
                 if self._process is None:
                     self._process = self.pool._take()
                 try:
-                    execution = run_call(self._process, code, echo, timeout_s, self.pool.limits, self.pool._slots)
+                    limits, slots = self.pool.limits, self.pool._slots
+                    execution = run_call(self._process, code, echo, timeout_s, limits, slots, last)
                     break
                 except Gone as e:  # died between calls (or before starting): a fresh interpreter takes the call
                     lost_state = lost_state or self._process.calls > 0

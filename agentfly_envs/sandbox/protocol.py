@@ -13,8 +13,10 @@ reads it there and adds its own words where the session gave none.
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import math
+import os
 import select
 import socket
 import struct
@@ -29,6 +31,8 @@ MAX_REPLY_BYTES = 65_536
 characters (the call's output goes through a file, not the socket), so anything larger is forged by the code."""
 MAX_CONTROL_BYTES = 65_536
 """Largest control datagram, in bytes."""
+_READ_BYTES = 65_536
+"""Bytes asked of a session socket per read (more than a reply and a start-up message)."""
 
 
 class ProtocolError(RuntimeError):
@@ -95,48 +99,70 @@ def decode(data: bytes) -> dict[str, Any]:
     return message
 
 
-def send(sock: socket.socket, message: dict[str, Any]) -> None:
-    """Writes one length-prefixed message to a stream socket."""
-    data = encode(message)
-    sock.sendall(_HEADER.pack(len(data)) + data)
-
-
-def receive(sock: socket.socket, deadline: float | None = None, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
-    """Reads one length-prefixed message from a stream socket.
+class MessageStream:
+    """Length-prefixed messages over a stream socket (a session's). Reads take whatever has arrived in one system
+    call and keep what is left for the next message, so messages sent together (a guard's and its session's, at
+    start-up) cost one read.
 
     Args:
-        sock: A blocking stream socket.
-        deadline: ``time.monotonic()`` value after which to give up, or ``None`` to wait forever.
-        max_bytes: Largest message accepted (its header is checked before any of it is read).
-
-    Raises:
-        TimeoutError: the deadline passed first.
-        ProtocolError: the peer closed the socket or broke the framing, or announced more than ``max_bytes``.
+        sock: A blocking stream socket; the stream owns it from now on.
     """
-    (size,) = _HEADER.unpack(_read_exactly(sock, _HEADER.size, deadline))
-    if size > max_bytes:
-        raise ProtocolError(f"message of {size} bytes is over the {max_bytes}-byte limit")
-    return decode(_read_exactly(sock, size, deadline))
 
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._unread = bytearray()
 
-def _read_exactly(sock: socket.socket, size: int, deadline: float | None) -> bytes:
-    """``size`` bytes of the blocking stream socket ``sock``; with a ``deadline``, each read that would block waits
-    in :func:`wait_readable` first (no timeout mode on the socket: switching it costs two system calls a read)."""
-    buffer = bytearray()
-    flags = 0 if deadline is None else socket.MSG_DONTWAIT
-    while len(buffer) < size:
-        try:
-            chunk = sock.recv(min(size - len(buffer), 1 << 20), flags)
-        except BlockingIOError:
-            if not wait_readable(sock, deadline - time.monotonic()):
-                raise TimeoutError("no message before the deadline") from None
-            continue
-        except OSError as e:
-            raise ProtocolError(f"connection failed: {e}") from None
-        if not chunk:
-            raise ProtocolError("the peer closed the connection")
-        buffer += chunk
-    return bytes(buffer)
+    def send(self, message: dict[str, Any]) -> None:
+        """Writes one message."""
+        data = encode(message)
+        self.sock.sendall(_HEADER.pack(len(data)) + data)
+
+    def receive(self, deadline: float | None = None, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
+        """Reads one message.
+
+        Args:
+            deadline: ``time.monotonic()`` value after which to give up, or ``None`` to wait forever.
+            max_bytes: Largest message accepted (its header is checked before the rest of it is read).
+
+        Raises:
+            TimeoutError: the deadline passed first.
+            ProtocolError: the peer closed the socket or broke the framing, or announced more than ``max_bytes``.
+        """
+        self._fill(_HEADER.size, deadline)
+        (size,) = _HEADER.unpack_from(self._unread)
+        if size > max_bytes:
+            raise ProtocolError(f"message of {size} bytes is over the {max_bytes}-byte limit")
+        end = _HEADER.size + size
+        self._fill(end, deadline)
+        data = bytes(self._unread[_HEADER.size : end])
+        del self._unread[:end]
+        return decode(data)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether a message's first bytes have arrived (or the peer closed the socket) within ``timeout_s``
+        seconds."""
+        return bool(self._unread) or wait_readable(self.sock, timeout_s)
+
+    def close(self) -> None:
+        """Closes the socket."""
+        self.sock.close()
+
+    def _fill(self, size: int, deadline: float | None) -> None:
+        """Reads until ``size`` bytes are unread; with a ``deadline``, each read that would block waits in
+        :func:`wait_readable` first (no timeout mode on the socket: switching it costs two system calls a read)."""
+        flags = 0 if deadline is None else socket.MSG_DONTWAIT
+        while len(self._unread) < size:
+            try:
+                chunk = self.sock.recv(min(max(size - len(self._unread), _READ_BYTES), 1 << 20), flags)
+            except BlockingIOError:
+                if not wait_readable(self.sock, deadline - time.monotonic()):
+                    raise TimeoutError("no message before the deadline") from None
+                continue
+            except OSError as e:
+                raise ProtocolError(f"connection failed: {e}") from None
+            if not chunk:
+                raise ProtocolError("the peer closed the connection")
+            self._unread += chunk
 
 
 def wait_readable(file: socket.socket | int, timeout_s: float) -> bool:
@@ -153,15 +179,23 @@ def send_control(sock: socket.socket, message: dict[str, Any], fds: list[int] | 
 
 
 def receive_control(sock: socket.socket, max_fds: int = 4) -> tuple[dict[str, Any], list[int]]:
-    """Receives one control datagram and its file descriptors; raises :class:`ProtocolError` at end of stream."""
+    """Receives one control datagram and its file descriptors.
+
+    Raises:
+        ProtocolError: end of stream, or a failed connection.
+        OSError: ``EMFILE``: the descriptors sent did not fit in this process (it is out of file descriptors; the
+            kernel closed those it could not pass).
+    """
     try:
-        data, fds, _, _ = socket.recv_fds(sock, MAX_CONTROL_BYTES, max_fds)
+        data, fds, flags, _ = socket.recv_fds(sock, MAX_CONTROL_BYTES, max_fds)
     except TimeoutError:
         raise
     except OSError as e:
         raise ProtocolError(f"control connection failed: {e}") from None
-    if not data:
+    if not data or flags & socket.MSG_CTRUNC:
         for fd in fds:
-            socket.close(fd)
+            os.close(fd)
+        if data:
+            raise OSError(errno.EMFILE, "the file descriptors sent did not fit in this process")
         raise ProtocolError("the peer closed the control socket")
     return decode(data), fds

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import faulthandler
+import fcntl
 import json
 import os
 import resource
@@ -89,7 +90,7 @@ def _session(sock_fd: int, output_fd: int, lifeline: int, spec: SessionSpec) -> 
     ``lifeline`` is the read end of a pipe whose write end only the guard holds: the guard writes a
     byte once it has told the pool the session's pid, and it reads as end of file once the guard is gone.
     """
-    sock = socket.socket(fileno=sock_fd)
+    stream = protocol.MessageStream(socket.socket(fileno=sock_fd))
     workdir, tmpdir = (isolation.WORKDIR, "/tmp") if spec.namespaces else (spec.workdir, spec.workdir)
     try:
         if spec.namespaces:
@@ -112,11 +113,11 @@ def _session(sock_fd: int, output_fd: int, lifeline: int, spec: SessionSpec) -> 
         faulthandler.enable(sys.stderr)  # a crash leaves its trace in the output
     except BaseException as e:
         with contextlib.suppress(OSError):
-            protocol.send(sock, {"error": f"session setup failed: {type(e).__name__}: {e}"})
+            stream.send({"error": f"session setup failed: {type(e).__name__}: {e}"})
         os._exit(1)
     try:
-        protocol.send(sock, {"ready": True})
-        interpreter.serve(sock)
+        stream.send({"ready": True, "cpu_s": time.process_time()})  # no model code has run: the pool's baseline
+        interpreter.serve(stream)
     finally:
         os._exit(0)
 
@@ -154,13 +155,14 @@ def _guard(sock_fd: int, output_fd: int, spec: SessionSpec, server_pid: int) -> 
             pid = os.fork()
         except OSError as e:
             with contextlib.suppress(OSError):
-                protocol.send(socket.socket(fileno=sock_fd), {"error": f"cannot isolate the session: {e}"})
+                error = {"error": f"cannot isolate the session: {e}"}
+                protocol.MessageStream(socket.socket(fileno=sock_fd)).send(error)
             os._exit(1)
         if pid == 0:
             os.close(alive)
             _session(sock_fd, output_fd, lifeline, spec)
         with contextlib.suppress(OSError):  # the pool gave up on the session: it finds out by itself
-            protocol.send(socket.socket(fileno=sock_fd), {"pid": pid})  # host pid: for CPU time, threads
+            protocol.MessageStream(socket.socket(fileno=sock_fd)).send({"pid": pid})  # host pid: CPU time, threads
         os.write(alive, b".")
         for fd in (output_fd, lifeline):
             os.close(fd)
@@ -211,13 +213,13 @@ class ForkServer:
             if not readable:
                 continue
             try:
-                message, fds = protocol.receive_control(self.control)
+                message, _ = protocol.receive_control(self.control, max_fds=0)
             except protocol.ProtocolError:
                 return False
             if message.get("op") != "spawn":
                 return True
             try:
-                self._spawn(message, fds)
+                self._spawn(message)
             except OSError:  # the pool closed its end while we forked: nobody is left to answer
                 return False
 
@@ -238,19 +240,25 @@ class ForkServer:
         self._guards[pid] = workdir
         return pid
 
-    def _spawn(self, message: dict[str, Any], fds: list[int]) -> None:
+    def _spawn(self, message: dict[str, Any]) -> None:
+        """Starts a session and sends the pool its three descriptors: its end of the session's socket, the output
+        file (a memfd in append mode) and a pidfd of the guard (made here, so the pool's process makes none)."""
+        ours, theirs = socket.socketpair()
+        output_fd = os.memfd_create("agentfly-sandbox-output")
         try:
-            if len(fds) != 2:
-                for fd in fds:
-                    os.close(fd)
-                raise ValueError(f"a spawn request carries 2 file descriptors, got {len(fds)}")
-            pid = self.start_session(fds[0], fds[1], SandboxLimits(**message["limits"]), self.namespaces)
+            fcntl.fcntl(output_fd, fcntl.F_SETFL, fcntl.fcntl(output_fd, fcntl.F_GETFL) | os.O_APPEND)
+            limits = SandboxLimits(**message["limits"])
+            pid = self.start_session(theirs.detach(), os.dup(output_fd), limits, self.namespaces)
             pidfd = os.pidfd_open(pid)
         except Exception as e:  # answer the pool instead of dying; it raises the error where it can be seen
             protocol.send_control(self.control, {"ok": False, "error": f"{type(e).__name__}: {e}"})
         else:
-            protocol.send_control(self.control, {"ok": True, "pid": pid}, [pidfd])
+            protocol.send_control(self.control, {"ok": True, "pid": pid}, [ours.fileno(), output_fd, pidfd])
             os.close(pidfd)
+        finally:
+            theirs.close()
+            ours.close()
+            os.close(output_fd)
 
     def _reap(self, block: bool) -> None:
         """Reaps finished children (guards, and orphans of sessions, as the server is their subreaper);
@@ -315,14 +323,15 @@ def _probe(server: ForkServer) -> str:
     ours, theirs = socket.socketpair()
     output_fd = os.memfd_create("agentfly-probe")
     pid = server.start_session(theirs.detach(), output_fd, SandboxLimits(), namespaces=True)
+    probe = protocol.MessageStream(ours)
     try:
-        reply = protocol.receive(ours, deadline=time.monotonic() + 30)
+        reply = probe.receive(deadline=time.monotonic() + 30)
         if "pid" in reply:  # the guard's message; the session's comes next
-            reply = protocol.receive(ours, deadline=time.monotonic() + 30)
+            reply = probe.receive(deadline=time.monotonic() + 30)
     except (protocol.ProtocolError, TimeoutError) as e:
         reply = {"error": f"the probe session did not start: {e}"}
     finally:
-        ours.close()
+        probe.close()
         os.kill(pid, signal.SIGKILL)
     return "" if reply.get("ready") else str(reply.get("error"))
 

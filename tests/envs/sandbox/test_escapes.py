@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 import pytest
 
@@ -362,3 +363,33 @@ def test_auto_refuses_to_run_without_namespaces_and_none_warns_once():
     assert len(refused) == 2 and all("pass SandboxPool(isolation='none')" in line for line in refused), result.stdout
     assert result.stdout.count("ran\n") == 2
     assert result.stderr.count("WARNING sandbox: isolation='none'") == 1, result.stderr
+
+
+def test_a_program_run_ends_what_it_started_without_looking_for_it(pool):
+    """``pool.run`` discards its interpreter after the call, so what the code left running is not counted (no
+    ``restarted``) and dies with it: here a thread and a process of a name the test looks for on the host."""
+    marker = f"agentfly-left-{os.getpid()}-{time.monotonic_ns()}"
+    code = textwrap.dedent(f"""
+        import subprocess, sys, threading, time
+        threading.Thread(target=time.sleep, args=(60,)).start()
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "{marker}"], start_new_session=True)
+        print("started")
+    """)
+    result = pool.run(code)
+    assert (result.status, result.output, result.restarted) == (ExecStatus.OK, "started\n", False), result
+    deadline = time.monotonic() + 5
+    while _processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _processes_named(marker)
+
+
+def _processes_named(marker: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                if marker.encode() in file.read():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found

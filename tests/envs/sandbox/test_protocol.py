@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 
 import pytest
 
@@ -61,3 +63,31 @@ def test_the_interpreters_replies_parse_as_what_it_meant(code, expected):
     assert reply["id"] == "a"
     assert Reply.parse(reply["status"]) is expected
     assert reply["detail"] == {Reply.EXIT: "3", Reply.ERROR: "ZeroDivisionError: division by zero"}.get(expected, "")
+
+
+def test_a_stream_reads_messages_sent_together_and_split_apart():
+    """Several messages in one read, and one message over several reads, come out whole and in order."""
+    ours, theirs = socket.socketpair()
+    stream = protocol.MessageStream(ours)
+    peer = protocol.MessageStream(theirs)
+    try:
+        peer.send({"pid": 7})
+        peer.send({"ready": True, "cpu_s": 0.25})
+        assert stream.wait(1.0)
+        deadline = time.monotonic() + 5
+        assert stream.receive(deadline) == {"pid": 7}
+        assert stream.wait(0)  # the second message is already read: no system call needed
+        assert stream.receive(deadline) == {"ready": True, "cpu_s": 0.25}
+        data = protocol.encode({"id": "x" * 70_000})
+        framed = len(data).to_bytes(4, "big") + data
+        theirs.sendall(framed[:3])  # not even a whole header yet
+        with pytest.raises(TimeoutError):
+            stream.receive(time.monotonic() + 0.05)
+        theirs.sendall(framed[3:])
+        assert stream.receive(deadline) == {"id": "x" * 70_000}
+        assert not stream.wait(0)
+        peer.close()
+        with pytest.raises(protocol.ProtocolError, match="closed"):
+            stream.receive(deadline)
+    finally:
+        stream.close()
