@@ -172,6 +172,26 @@ def test_async_episodes_are_the_turn_synchronous_ones_under_greedy_decoding(engi
     assert timing.busy_s > 0
 
 
+def test_an_agent_programs_episodes_train_the_ids_the_engine_sampled(engine, episodes):
+    """Eight ``openai`` SDK programs at once through the endpoint on the engine's stream (greedy): every turn's
+    trained ids are those the engine gives for that turn's context, with its log-probabilities."""
+    from agentfly_envs.user_code import load_function
+    from agentfly_train.programs import ProgramSettings
+
+    make_envs, rows, codec, budgets = episodes
+    program = "tests.helpers.programs:goes_on"  # three requests of up to 6 tokens, each extending the one before
+    settings = ProgramSettings(load_function(program), program, 60.0, "agentfly:tiny")
+    trajectories = settings.play(make_envs(len(rows)), rows, engine, codec, budgets, SamplingParams(temperature=0.0))
+    for t in trajectories:
+        assert (t.reward, t.num_turns, t.grows, t.reward_error) == (0.5, 3, True, None), t.reward_error
+        for span in t.turn_spans:
+            assert span.context == [*t.prompt_ids, *t.completion_ids[: span.start]]
+            (again,) = engine.generate([span.context], [6], SamplingParams(temperature=0.0))
+            assert t.completion_ids[span.start : span.end] == again.token_ids
+            torch.testing.assert_close(torch.tensor(t.logprobs[span.start : span.end]),
+                                       torch.tensor(again.logprobs), atol=1e-4, rtol=0)  # fmt: skip
+
+
 def test_async_episodes_keep_budgets_masks_and_finish_reasons_under_sampling(engine, episodes):
     from concurrent.futures import ThreadPoolExecutor
 

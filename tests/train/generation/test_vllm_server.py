@@ -117,6 +117,31 @@ def test_async_episodes_over_the_server_carry_the_models_logprobs(backend, polic
         torch.testing.assert_close(torch.tensor(trajectory.logprobs)[sampled], expected[sampled], atol=1e-3, rtol=0)
 
 
+def test_an_agent_programs_episodes_over_the_server_train_what_it_sampled(backend, policy):
+    """Eight ``openai`` SDK programs at once through the endpoint, sampled by the server: each episode is one growing
+    row whose every sampled token carries the model's log-probability given everything before it."""
+    from agentfly_envs.user_code import load_function
+    from agentfly_train.programs import ProgramSettings
+    from agentfly_train.rollout import RolloutBudgets
+
+    model, _, _, make_envs, rows, codec = policy
+    program = "tests.helpers.programs:goes_on"  # three requests of up to 6 tokens, each extending the one before
+    settings = ProgramSettings(load_function(program), program, 60.0, "agentfly:tiny")
+    budgets = RolloutBudgets(max_turns=4, max_tokens_per_turn=32, response_length=128)
+    trajectories = settings.play(make_envs(len(rows)), rows, backend, codec, budgets, SamplingParams(temperature=0.0))
+    for t in trajectories:
+        assert (t.reward, t.num_turns, t.grows, t.reward_error) == (0.5, 3, True, None), t.reward_error
+        assert [span.context for span in t.turn_spans] == [[*t.prompt_ids, *t.completion_ids[: span.start]]
+                                                           for span in t.turn_spans]  # fmt: skip
+        ids = torch.tensor([t.prompt_ids + t.completion_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(t.prompt_ids) - 1 : -1]
+        expected = torch.log_softmax(logits, -1).gather(1, ids[0, len(t.prompt_ids) :, None]).squeeze(1)
+        sampled = torch.tensor(t.env_mask, dtype=torch.bool)
+        assert sampled.sum() == sum(span.end - span.start for span in t.turn_spans)
+        torch.testing.assert_close(torch.tensor(t.logprobs)[sampled], expected[sampled], atol=1e-3, rtol=0)
+
+
 def test_loaded_weights_are_what_the_server_samples_from(backend, policy):
     model, tokenizer, prompts, *_ = policy
     changed = type(model)(model.config).eval()
