@@ -31,12 +31,14 @@ ENV = "agentfly/Arith-Calc"
 GO_ON = {"role": "user", "content": "Go on."}
 
 
-def go_on_program(rounds: int, max_tokens: int) -> Any:
-    """A program of ``rounds`` requests, each extending the one before with ``Go on.``."""
+def go_on_program(rounds: int, max_tokens: int, client_cpu: list[float]) -> Any:
+    """A program of ``rounds`` requests, each extending the one before with ``Go on.``; each episode appends the CPU
+    time its thread spent (the ``openai`` SDK client's side), in seconds, to ``client_cpu``."""
 
     def program(endpoint: Any, task: dict[str, Any]) -> float:
         from openai import OpenAI
 
+        started = time.thread_time()
         client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
         messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
         for _ in range(rounds):
@@ -44,6 +46,7 @@ def go_on_program(rounds: int, max_tokens: int) -> Any:
                 model=endpoint.model, messages=messages, max_tokens=max_tokens, temperature=0.0
             )
             messages += [reply.choices[0].message.model_dump(exclude_none=True), GO_ON]
+        client_cpu.append(time.thread_time() - started)
         return 0.0
 
     return program
@@ -106,14 +109,19 @@ def main() -> None:
         envs = [gym.make(ENV, level="easy") for _ in range(count)]
         tasks = [envs[0].unwrapped.tasks.row(n) for n in range(count)]
         codec = ChatCodec(tokenizer, None)
-        program = ProgramSettings(go_on_program(args.rounds, args.max_tokens), "go_on", 600.0, "agentfly:tiny")
-        served, called = [], []
+        client_cpu: list[float] = []
+        program = ProgramSettings(go_on_program(args.rounds, args.max_tokens, client_cpu), "go_on", 600.0,
+                                  "agentfly:tiny")  # fmt: skip
+        served, called, cpu = [], [], []
         program.play(envs, tasks, backend, codec, budgets, SamplingParams(temperature=0.0))  # warm-up
         for _ in range(args.repeats):
-            start = time.perf_counter()
+            start, process_start, client_cpu[:] = time.perf_counter(), time.process_time(), []
             episodes = program.play(envs, tasks, backend, codec, budgets, SamplingParams(temperature=0.0))
             served.append((time.perf_counter() - start, sum(sum(t.env_mask) for t in episodes)))
+            process = time.process_time() - process_start
+            start = time.process_time()
             called.append(direct(backend, codec, tasks, args.rounds, args.max_tokens))
+            cpu.append((sum(client_cpu), process - sum(client_cpu), time.process_time() - start))
         requests = count * args.rounds
         endpoint_s, direct_s = (statistics.median(s for s, _ in runs) for runs in (served, called))
         row = {
@@ -124,13 +132,21 @@ def main() -> None:
             "direct_ms_per_request": 1000 * direct_s / requests,
             "overhead_ms_per_request": 1000 * (endpoint_s - direct_s) / requests,
             "ratio endpoint/direct": endpoint_s / direct_s,
+            # CPU per request, ms: the programs' threads (the SDK client), the rest of the process (the endpoint,
+            # the runner and the backend), and the direct path
+            "cpu_ms_per_request client, served, direct": [
+                1000 * statistics.median(c[i] for c in cpu) / requests for i in range(3)
+            ],
             "sampled_tokens endpoint, direct": [served[-1][1], called[-1][1]],
             "runs": {"endpoint_s": [s for s, _ in served], "direct_s": [s for s, _ in called]},
         }
         figures["overhead"][f"{name} {count}"] = row
         print(f"{name:5s} {count:3d} episodes x {args.rounds} requests: endpoint "
               f"{row['endpoint_ms_per_request']:.1f} ms/request, direct {row['direct_ms_per_request']:.1f} "
-              f"ms/request, ratio {row['ratio endpoint/direct']:.3f} "
+              f"ms/request, ratio {row['ratio endpoint/direct']:.3f}; CPU ms/request: SDK client "
+              f"{row['cpu_ms_per_request client, served, direct'][0]:.2f}, served (endpoint, runner, backend) "
+              f"{row['cpu_ms_per_request client, served, direct'][1]:.2f}, direct "
+              f"{row['cpu_ms_per_request client, served, direct'][2]:.2f} "
               f"(sampled tokens {served[-1][1]} vs {called[-1][1]})", flush=True)  # fmt: skip
 
     count = max(args.episodes)

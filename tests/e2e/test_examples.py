@@ -369,6 +369,8 @@ def test_agent_programs_benchmark(readme, tmp_path):
         assert row["ratio endpoint/direct"] == pytest.approx(row["endpoint_s"] / row["direct_s"])
         served, called = row["sampled_tokens endpoint, direct"]  # greedy: the same tokens both ways
         assert served == called <= 16 and (served == 16 or name == "hf 2")  # 2 episodes x 2 requests x 4 tokens
+        client, endpoint, direct = row["cpu_ms_per_request client, served, direct"]
+        assert client > 0 and endpoint > 0 and direct > 0  # each side's CPU time was measured
     ratio = figures["throughput"]["ratio program/turn loop"]["tokens_per_s"]
     assert ratio == pytest.approx(figures["throughput"]["program"]["tokens_per_s"]
                                   / figures["throughput"]["turn loop"]["tokens_per_s"])  # fmt: skip
