@@ -94,9 +94,12 @@ class AgentRollout:
         if self.program is not None:
             return self.program.play(envs, tasks, backend, self.codec, self.budgets, params, timing)
         loop = run_rollouts_async if self.async_episodes and backend.streams else run_rollouts
-        trajectories = loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries)
-        if self.judge is not None:
-            self.judge.score(trajectories, tasks)
+        groups = None if self.judge is None else self.judge.watch(tasks)  # each group judged once it has ended
+        ended = None if groups is None else groups.ended
+        trajectories = loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries,
+                            ended)  # fmt: skip
+        if groups is not None:
+            groups.wait(trajectories)
         return trajectories
 
     def check_health(self) -> None:

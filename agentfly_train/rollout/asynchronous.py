@@ -8,7 +8,7 @@ prompts; only the order in which they reach the engine differs).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,6 +30,7 @@ def run_rollouts_async(
     executor: ThreadPoolExecutor,
     timing: EngineTime | None = None,
     retries: int = 0,
+    ended: Callable[[int, Trajectory], None] | None = None,
 ) -> list[Trajectory]:
     """Runs one episode per ``(env, task)`` pair to the end, each at its own pace
     (an :class:`~agentfly_train.rollout.stream.EpisodeStream` pumped until they have ended).
@@ -45,9 +46,10 @@ def run_rollouts_async(
         timing: Accumulates the engine's busy time (it had requests) and idle time (every unfinished episode
             was waiting on its env).
         retries: Replays of an episode that met an infrastructure failure.
+        ended: Called with an episode's index and final trajectory as soon as it has ended.
 
     Returns:
         One :class:`Trajectory` per episode, in order (the synchronous loop's, under greedy decoding).
     """
     stream = EpisodeStream(engine, codec, budgets, executor, timing, retries)
-    return run_to_end(stream, envs, tasks, params, range(len(envs)))
+    return run_to_end(stream, envs, tasks, params, range(len(envs)), ended)

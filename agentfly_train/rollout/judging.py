@@ -1,12 +1,13 @@
 """An LLM judge's scores as the episodes' rewards (``agent.reward_name=judge``, ``rubric``, ``group_rank``).
 
 The judge reads whole episodes, and group ranking a task's whole group, so it scores episodes once they have ended,
-on the judge client's own event loop: a step's groups are judged concurrently (the server batches the requests),
-and the off-policy schedule hands each group to the judge as soon as it ends, while the generator plays the next
-episodes. A verdict replaces the episode's outcome reward (its turn rewards stay) and adds the judge's components
-and reasoning. A judge that stays down after its retries is an infrastructure failure: the group's episodes are left
-out of training (:attr:`~agentfly_train.rollout.Trajectory.excluded`), counted in ``rollout/infra_failures``, and the
-run notes it in one line (or stops, past ``rollout.max_infra_failure_rate``); they are never scored 0.
+on the judge client's own event loop: each group is handed to the judge as soon as its last episode ends
+(:meth:`JudgeRewards.watch`), so the judge works while the step's other episodes are still played (and, off-policy,
+while the generator plays the next ones), and the server batches the requests in flight together. A verdict replaces
+the episode's outcome reward (its turn rewards stay) and adds the judge's components and reasoning. A judge that
+stays down after its retries is an infrastructure failure: the group's episodes are left out of training
+(:attr:`~agentfly_train.rollout.Trajectory.excluded`), counted in ``rollout/infra_failures``, and the run notes it
+in one line (or stops, past ``rollout.max_infra_failure_rate``); they are never scored 0.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ class JudgeRewards:
         rows = {json.dumps(task, sort_keys=True, default=str): task for task in tasks}
         return self.judge.client.submit(self._judge_all([(group, rows[key]) for key, group in groups.items()]))
 
-    def score(self, trajectories: Sequence[Trajectory], tasks: Sequence[Mapping[str, Any]]) -> None:
-        """:meth:`submit`, waiting for the verdicts."""
-        self.submit(trajectories, tasks).result()
+    def watch(self, tasks: Sequence[Mapping[str, Any]]) -> GroupsEnding:
+        """A watcher for the episodes of ``tasks`` (one per row) that hands each task's group to the judge as soon as
+        its last episode has ended (:meth:`GroupsEnding.ended`)."""
+        return GroupsEnding(self, tasks)
 
     async def _judge_all(self, groups: list[tuple[list[Trajectory], Mapping[str, Any]]]) -> None:
         await asyncio.gather(*(self._judge_group(group, task) for group, task in groups))
@@ -71,6 +73,49 @@ class JudgeRewards:
     def close(self) -> None:
         """Closes the judge's client."""
         self.judge.client.close()
+
+
+class GroupsEnding:
+    """Hands a step's groups to the judge one by one, each as soon as its last episode has ended; the rollout loops
+    call :meth:`ended` for each episode's final trajectory (after its replays), and the step waits in :meth:`wait`
+    for the verdicts of the groups still being judged.
+
+    Args:
+        rewards: The judge.
+        tasks: The step's rows, one per episode (equal rows form a group, as in :meth:`JudgeRewards.submit`).
+    """
+
+    def __init__(self, rewards: JudgeRewards, tasks: Sequence[Mapping[str, Any]]) -> None:
+        self.rewards = rewards
+        self.tasks = list(tasks)
+        self._members: dict[str, list[int]] = {}
+        for index, task in enumerate(self.tasks):
+            self._members.setdefault(json.dumps(task, sort_keys=True, default=str), []).append(index)
+        self._left = {key: len(indices) for key, indices in self._members.items()}
+        self._group_of = {index: key for key, indices in self._members.items() for index in indices}
+        self._ended: dict[int, Trajectory] = {}
+        self.judging: list[Future[None]] = []
+        """The groups handed to the judge so far, in the order their last episodes ended."""
+
+    def ended(self, index: int, trajectory: Trajectory) -> None:
+        """Episode ``index`` ended with ``trajectory``; its group goes to the judge once all its episodes have."""
+        if index in self._ended:
+            raise ValueError(f"episode {index} ended twice")
+        self._ended[index] = trajectory
+        key = self._group_of[index]
+        self._left[key] -= 1
+        if self._left[key] == 0:
+            members = self._members[key]
+            group = [self._ended[i] for i in members]
+            self.judging.append(self.rewards.submit(group, [self.tasks[i] for i in members]))
+
+    def wait(self, trajectories: Sequence[Trajectory]) -> None:
+        """Waits for every group's verdicts; ``trajectories`` are the step's (each must have been :meth:`ended`)."""
+        missing = [index for index, trajectory in enumerate(trajectories) if self._ended.get(index) is not trajectory]
+        if missing:
+            raise RuntimeError(f"episodes {missing[:5]} were never handed to the judge (a rollout loop missed them)")
+        for future in self.judging:
+            future.result()
 
 
 def apply_verdict(trajectory: Trajectory, verdict: Verdict) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -272,16 +272,24 @@ def run_to_end(
     tasks: Sequence[Mapping[str, Any]],
     params: SamplingParams,
     keys: Iterable[int],
+    ended: Callable[[int, Trajectory], None] | None = None,
 ) -> list[Trajectory]:
-    """Starts one episode per ``(env, task)`` under ``keys`` and pumps ``stream`` until they have all ended.
+    """Starts one episode per ``(env, task)`` under ``keys`` and pumps ``stream`` until they have all ended;
+    ``ended`` is called with each episode's position in ``tasks`` and its trajectory as soon as it has.
 
     Returns:
         Their trajectories, in the order of ``tasks``.
     """
     keys = list(keys)
+    position = {key: n for n, key in enumerate(keys)}
     for key, env, task in zip(keys, envs, tasks, strict=True):
         stream.start(key, env, task, params)
     waiting = set(keys)
-    while waiting - set(stream.finished):
-        stream.pump()
+    while waiting:
+        for key in waiting.intersection(stream.finished):
+            waiting.discard(key)
+            if ended is not None:
+                ended(position[key], stream.peek(key))
+        if waiting:
+            stream.pump()
     return [stream.take(key) for key in keys]

@@ -4,7 +4,7 @@ the turn step concurrently, and the next turn waits for the slowest of them (the
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -39,6 +39,7 @@ def run_rollouts(
     executor: ThreadPoolExecutor,
     timing: EngineTime | None = None,
     retries: int = 0,
+    ended: Callable[[int, Trajectory], None] | None = None,
 ) -> list[Trajectory]:
     """Runs one episode per ``(env, task)`` pair to the end; one that ends on an infrastructure failure (in a step or
     in its reset) is played again from its start, up to ``retries`` times
@@ -54,12 +55,17 @@ def run_rollouts(
         executor: Threads that step the envs of a turn concurrently.
         timing: Accumulates the engine's busy time (generation calls) and idle time (the turns' env steps).
         retries: Replays of an episode that met an infrastructure failure.
+        ended: Called with an episode's index and final trajectory as soon as it has ended (e.g. to judge its group
+            while the others play on).
 
     Returns:
         One :class:`Trajectory` per episode, in order.
     """
     trajectories = [open_episode(env, task, codec, budgets, retries) for env, task in zip(envs, tasks, strict=True)]
     active = [index for index, trajectory in enumerate(trajectories) if trajectory.infra_failure is None]
+    if ended is not None:
+        for index in sorted(set(range(len(trajectories))) - set(active)):
+            ended(index, trajectories[index])
     while active:
         start = time.perf_counter()
         _write_summaries([trajectories[i] for i in active], backend, codec, budgets, params)
@@ -92,6 +98,9 @@ def run_rollouts(
                 trajectories[index] = attempt
                 if attempt.infra_failure is None:
                     going.append(index)
+                    continue
+            if ended is not None:
+                ended(index, trajectories[index])
         active = going
     return trajectories
 

@@ -448,10 +448,13 @@ class AsyncSchedule(RolloutSchedule):
             keys = range(self._next_key, self._next_key - len(tasks), -1)
             self._next_key -= len(tasks)
             envs = trainer.port.agent.pool.take(len(tasks))
+            judge = trainer.port.agent.judge
+            groups = None if judge is None else judge.watch(tasks)  # each group judged once it has ended
+            ended = None if groups is None else groups.ended
             with contextlib.nullcontext() if trainer.port.backend.has_own_weights else trainer.port.sampling():
-                trajectories = run_to_end(self.stream, envs, tasks, params, keys)
-        if trainer.port.agent.judge is not None:
-            trainer.port.agent.judge.score(trajectories, tasks)
+                trajectories = run_to_end(self.stream, envs, tasks, params, keys, ended)
+        if groups is not None:
+            groups.wait(trajectories)
         return trajectories
 
     def metrics(self) -> dict[str, float]:

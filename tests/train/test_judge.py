@@ -104,12 +104,12 @@ def test_the_cache_serves_a_repeated_answer(server):
     tasks = [{"question": f"What is {n} + 7?", "answer": str(n + 7)} for n in range(4)]
     try:
         first = [_trajectory(n) for n in range(4)]
-        rewards.score(first, tasks)
+        rewards.submit(first, tasks).result()
         assert rewards.metrics() == pytest.approx(
             {"judge/calls": 4, "judge/cache_hits": 0, "judge/failures": 0, "judge/seconds": pytest.approx(0, abs=60)}
         )
         again = [_trajectory(n) for n in range(4)]
-        rewards.score(again, tasks)
+        rewards.submit(again, tasks).result()
         metrics = rewards.metrics()
     finally:
         rewards.close()
@@ -117,6 +117,47 @@ def test_the_cache_serves_a_repeated_answer(server):
     for judged, cached in zip(first, again, strict=True):
         assert cached.reward == judged.reward == judged.reward_components["judge/score"]
         assert cached.judge_reasoning == judged.judge_reasoning is not None
+
+
+def test_a_group_is_judged_as_soon_as_it_ends_while_the_others_play_on(server, tiny_tokenizer):
+    """The synchronous loop with a judge: two tasks' groups of two, one answering at once, the other calling the
+    calculator first; the first group is handed to the judge before the second group's episodes end,
+    and every episode ends with the judge's score."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import gymnasium as gym
+
+    from agentfly_train.generation import SamplingParams
+    from agentfly_train.rollout import ChatCodec, RolloutBudgets, run_rollouts
+    from tests.helpers.programs import ScriptedTurns
+
+    envs = [gym.make("agentfly/Arith-Calc", level="single") for _ in range(4)]
+    quick, slow = (envs[0].unwrapped.tasks.row(n) for n in range(2))
+    envs[0].reset(options={"task": slow})
+    call, answer = envs[0].unwrapped.golden_actions()
+    codec = ChatCodec(tiny_tokenizer, None)
+    policy = ScriptedTurns(codec, {quick["question"]: [f"\\boxed{{{quick['answer']}}}"] * 2,
+                                   slow["question"]: [call, call, answer, answer]})  # fmt: skip
+    rewards = JudgeRewards(make_judge("judge", _client(server)))
+    tasks = [quick, slow, quick, slow]
+    groups = rewards.watch(tasks)
+    seen = []  # (episode, groups handed to the judge before it ended)
+
+    def ended(index, trajectory):
+        seen.append((index, len(groups.judging)))
+        groups.ended(index, trajectory)
+
+    try:
+        with ThreadPoolExecutor(2) as executor:
+            budgets = RolloutBudgets(max_turns=3, max_tokens_per_turn=64, response_length=256)
+            trajectories = run_rollouts(envs, tasks, policy, codec, budgets, SamplingParams(), executor, ended=ended)
+        assert [t.num_turns for t in trajectories] == [1, 2, 1, 2]
+        assert seen == [(0, 0), (2, 0), (1, 1), (3, 1)]  # the quick group went to the judge before the slow one ended
+        groups.wait(trajectories)
+    finally:
+        rewards.close()
+    assert all(t.judge_reasoning is not None and 0 <= t.reward <= 1 for t in trajectories)
+    assert all(t.reward == t.reward_components["judge/score"] for t in trajectories)
 
 
 @runs_readme_command(
