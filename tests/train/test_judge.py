@@ -177,7 +177,7 @@ def test_the_judge_benchmark_runs_small(server, tmp_path, monkeypatch, readme):
     summary = json.loads(figures.read_text())["summary"]["4"]
     assert set(summary) == {"128", "1024"}
     for row in summary.values():
-        assert row["rule_s"] > 0 and row["judge_s"] > 0 and row["judged_per_s"] > 0
+        assert row["rule_s"] > 0 and row["judged_step_s"] > 0 and row["judged_per_s"] > 0  # judge_s may be < 0: noise
         assert row["added"] == pytest.approx(row["judge_s"] / row["rule_s"])
 
 
