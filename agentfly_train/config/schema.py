@@ -317,7 +317,9 @@ class JudgeConfig:
 
     Attributes:
         url: An OpenAI-compatible base URL (a vLLM server: ``http://host:port/v1``), checked at start-up; ``rollout``:
-            the run's own vLLM server (``rollout.mode=server``), so the policy judges itself with its current weights.
+            the run's own vLLM server (``rollout.mode=server``), so the policy judges itself with its current weights;
+            for the reference weights, the URL of a second server serving ``actor_rollout_ref.model.path`` (it is
+            never sent the trainer's weights).
         model: The served model's name; ``null``: the first the server lists.
         template: The judge's prompt, a format string naming ``{task}``, ``{answer}``, ``{trajectory}`` and
             ``{reference}`` (group ranking: ``{task}``, ``{reference}``, ``{answers}``, ``{count}``); ``null``: the
