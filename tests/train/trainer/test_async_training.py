@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -34,6 +35,8 @@ from tests.helpers.skips import skip_without_vllm
 
 ENV_ID = "agentfly/Arith-Calc"
 BUDGETS = RolloutBudgets(max_turns=4, max_tokens_per_turn=64, response_length=512)
+ENV_THREADS = 4
+"""The env-stepping threads of the scripted episodes."""
 TINY_RUN = (
     "sft.enable=false",
     "data.val_size=0",
@@ -53,7 +56,7 @@ def scripted(tiny_tokenizer):
     _, info = envs[0].reset(options={"index": 0})
     codec = ChatCodec(tiny_tokenizer, info["tools"])
     tasks = [envs[0].unwrapped.tasks.row(i) for i in range(2)]
-    with ThreadPoolExecutor(4) as executor:
+    with ThreadPoolExecutor(ENV_THREADS) as executor:
         yield envs, codec, tasks, executor
 
 
@@ -67,8 +70,12 @@ def test_turns_carry_their_versions_across_an_update_and_the_episode_is_unchange
     stream = EpisodeStream(engine, codec, BUDGETS, executor)
     for key, (env, task) in enumerate(zip(envs, tasks, strict=True)):
         stream.start(key, env, task, SamplingParams())
+    held = threading.Event()  # the env steps wait behind these until the update: no second turn asks at version 0
+    blockers = [executor.submit(held.wait) for _ in range(ENV_THREADS)]
     stream.pump()  # every first turn, at version 0
     stream.version = 1
+    held.set()
+    wait(blockers)
     while len(stream.finished) < 2:
         stream.pump()
     assert [stream.oldest_version(key) for key in (0, 1)] == [0, 0]
