@@ -64,7 +64,7 @@ def run_call(
     request.update(timeout_s=timeout_s, cpu_s=limits.cpu_s)
     with slots:
         start = time.monotonic()  # the call's time counts from here: a wait for a free worker is not the code's
-        cpu_before = _cpu_seconds_at_start(process)
+        cpu_before = cpu_seconds_if_alive(process)
         if cpu_before is None:  # killed while it waited (a spare): the code has not run, no crash of the agent's
             raise Gone("the interpreter had died before the call")
         try:
@@ -128,20 +128,15 @@ def _await_reply(process: SessionProcess, request_id: str, deadline: float, cpu_
         return Reply.CRASHED, f"the interpreter died ({e})"
 
 
-def _cpu_seconds_at_start(process: SessionProcess) -> float | None:
-    """The session's CPU time before a call, in seconds, or ``None`` when it is gone. Before its first call that is
-    what its ``ready`` said, and its guard's pidfd tells whether it lives (a new process's first ``/proc`` reads are
-    the dearest part of a call); later calls read ``/proc`` (:func:`cpu_seconds_if_alive`), since code has run."""
-    if process.calls == 0:
-        return None if protocol.wait_readable(process.pidfd, 0) else process.ready_cpu_s
-    return cpu_seconds_if_alive(process)
-
-
 def cpu_seconds_if_alive(process: SessionProcess) -> float | None:
     """The CPU time the session's interpreter has used, in seconds, or ``None`` when the session is gone: its guard
-    exited (its pidfd turns readable) or the interpreter is gone or a zombie (read from the host's ``/proc``)."""
+    exited (its pidfd turns readable) or the interpreter is gone or a zombie (read from the host's ``/proc``). Before
+    its first call no code has run, so the time is what its ``ready`` said and the pidfd alone tells whether it
+    lives (a new process's first ``/proc`` reads are the dearest part of a call)."""
     if protocol.wait_readable(process.pidfd, 0):
         return None
+    if process.calls == 0:
+        return process.ready_cpu_s
     fields = _stat_fields(process.pid)
     if fields is None or fields[0] in (b"Z", b"X"):
         return None
