@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ from agentfly_train.generation.base import GenerationBackend, SamplingParams
 from agentfly_train.rollout.asynchronous import run_rollouts_async
 from agentfly_train.rollout.codec import ChatCodec
 from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, summarize
-from agentfly_train.rollout.judging import JudgeRewards
+from agentfly_train.rollout.judging import JudgeRewards, judged_as_they_end
 from agentfly_train.rollout.sync import run_rollouts
 
 
@@ -94,13 +95,10 @@ class AgentRollout:
         if self.program is not None:
             return self.program.play(envs, tasks, backend, self.codec, self.budgets, params, timing)
         loop = run_rollouts_async if self.async_episodes and backend.streams else run_rollouts
-        groups = None if self.judge is None else self.judge.watch(tasks)  # each group judged once it has ended
-        ended = None if groups is None else groups.ended
-        trajectories = loop(envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing, self.retries,
-                            ended)  # fmt: skip
-        if groups is not None:
-            groups.wait(trajectories)
-        return trajectories
+        # the loop's one argument left is ``ended``
+        play = functools.partial(loop, envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing,
+                                 self.retries)  # fmt: skip
+        return judged_as_they_end(self.judge, tasks, play)
 
     def check_health(self) -> None:
         """The pool's health check: dead hosts replaced before an episode meets them, its counts added to

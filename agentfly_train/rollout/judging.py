@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -33,13 +33,11 @@ class JudgeRewards:
     def submit(self, trajectories: Sequence[Trajectory], tasks: Sequence[Mapping[str, Any]]) -> Future[None]:
         """Starts judging ``trajectories`` (one per row of ``tasks``; those of one task form its group; an excluded
         one is not judged); the future is done when every verdict is applied."""
-        groups: dict[str, list[Trajectory]] = {}
+        groups: dict[str, tuple[list[Trajectory], Mapping[str, Any]]] = {}
         for trajectory, task in zip(trajectories, tasks, strict=True):
             if not trajectory.excluded:
-                key = json.dumps(task, sort_keys=True, default=str)
-                groups.setdefault(key, []).append(trajectory)
-        rows = {json.dumps(task, sort_keys=True, default=str): task for task in tasks}
-        return self.judge.client.submit(self._judge_all([(group, rows[key]) for key, group in groups.items()]))
+                groups.setdefault(_group_key(task), ([], task))[0].append(trajectory)
+        return self.judge.client.submit(self._judge_all(list(groups.values())))
 
     def watch(self, tasks: Sequence[Mapping[str, Any]]) -> GroupsEnding:
         """A watcher for the episodes of ``tasks`` (one per row) that hands each task's group to the judge as soon as
@@ -90,7 +88,7 @@ class GroupsEnding:
         self.tasks = list(tasks)
         self._members: dict[str, list[int]] = {}
         for index, task in enumerate(self.tasks):
-            self._members.setdefault(json.dumps(task, sort_keys=True, default=str), []).append(index)
+            self._members.setdefault(_group_key(task), []).append(index)
         self._left = {key: len(indices) for key, indices in self._members.items()}
         self._group_of = {index: key for key, indices in self._members.items() for index in indices}
         self._ended: dict[int, Trajectory] = {}
@@ -116,6 +114,27 @@ class GroupsEnding:
             raise RuntimeError(f"episodes {missing[:5]} were never handed to the judge (a rollout loop missed them)")
         for future in self.judging:
             future.result()
+
+
+def judged_as_they_end(
+    judge: JudgeRewards | None,
+    tasks: Sequence[Mapping[str, Any]],
+    play: Callable[[Callable[[int, Trajectory], None] | None], list[Trajectory]],
+) -> list[Trajectory]:
+    """The episodes of ``tasks`` that ``play(ended)`` plays (it calls ``ended(index, trajectory)`` as each one ends),
+    each group handed to ``judge`` as soon as it has ended, returned once every verdict is in; without a judge,
+    ``play(None)``'s."""
+    if judge is None:
+        return play(None)
+    groups = judge.watch(tasks)
+    trajectories = play(groups.ended)
+    groups.wait(trajectories)
+    return trajectories
+
+
+def _group_key(task: Mapping[str, Any]) -> str:
+    """What tells a task's group: its row, as canonical JSON (the chains of one task are equal rows)."""
+    return json.dumps(task, sort_keys=True, default=str)
 
 
 def apply_verdict(trajectory: Trajectory, verdict: Verdict) -> None:

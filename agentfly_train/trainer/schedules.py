@@ -22,7 +22,7 @@ import math
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ import torch
 from agentfly_envs.registry import Registry
 from agentfly_train.generation import SamplingParams
 from agentfly_train.rollout import EngineTime, Trajectory
+from agentfly_train.rollout.judging import judged_as_they_end
 from agentfly_train.rollout.stream import EpisodeStream, run_to_end, streaming
 
 if TYPE_CHECKING:
@@ -441,21 +442,19 @@ class AsyncSchedule(RolloutSchedule):
         """See :meth:`RolloutSchedule.run`: the episodes go through the generator's stream (its engine may hold
         training requests), with the current weights, while the background generator waits."""
         self._bind(trainer)
-        with self.lock:
-            if trainer.port.backend.has_own_weights and self.synced_version != self.version():
-                trainer.port.sync_weights()
-                self.stream.version = self.synced_version = self.version()
-            keys = range(self._next_key, self._next_key - len(tasks), -1)
-            self._next_key -= len(tasks)
-            envs = trainer.port.agent.pool.take(len(tasks))
-            judge = trainer.port.agent.judge
-            groups = None if judge is None else judge.watch(tasks)  # each group judged once it has ended
-            ended = None if groups is None else groups.ended
-            with contextlib.nullcontext() if trainer.port.backend.has_own_weights else trainer.port.sampling():
-                trajectories = run_to_end(self.stream, envs, tasks, params, keys, ended)
-        if groups is not None:
-            groups.wait(trajectories)
-        return trajectories
+
+        def play(ended: Callable[[int, Trajectory], None] | None) -> list[Trajectory]:
+            with self.lock:  # released before the last verdicts are waited for
+                if trainer.port.backend.has_own_weights and self.synced_version != self.version():
+                    trainer.port.sync_weights()
+                    self.stream.version = self.synced_version = self.version()
+                keys = range(self._next_key, self._next_key - len(tasks), -1)
+                self._next_key -= len(tasks)
+                envs = trainer.port.agent.pool.take(len(tasks))
+                with contextlib.nullcontext() if trainer.port.backend.has_own_weights else trainer.port.sampling():
+                    return run_to_end(self.stream, envs, tasks, params, keys, ended)
+
+        return judged_as_they_end(trainer.port.agent.judge, tasks, play)
 
     def metrics(self) -> dict[str, float]:
         """:meth:`RolloutSchedule.timing_metrics` and ``async/staleness_mean``, ``async/staleness_max`` (versions
