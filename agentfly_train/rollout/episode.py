@@ -200,9 +200,16 @@ def _episode_counts(info: Mapping[str, Any]) -> tuple[int, int]:
     return calls, errors
 
 
+SUCCESS_COMPONENTS = ("correct", "success")
+"""The reward components that say whether an episode succeeded, the first present deciding: an answer reward's
+``correct``, a world reward's ``success`` (a world that pays its progress at each step ends on its last increment, not
+on 1). Without either, the env's outcome reward of the last step decides (1: success)."""
+
+
 def _is_correct(reward: float, info: Mapping[str, Any]) -> bool:
     components = info.get("reward_components") or {}
-    return bool(components.get("correct", reward) >= 1.0 - 1e-9)
+    verdict = next((components[name] for name in SUCCESS_COMPONENTS if name in components), reward)
+    return bool(verdict >= 1.0 - 1e-9)
 
 
 @dataclass

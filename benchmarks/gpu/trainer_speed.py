@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import math
 import os
@@ -49,11 +50,14 @@ REAL_VOCAB = 151_936
 BF16_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "B200": 2250e12}
 """Dense bf16 peak of a card by a name its device name contains (SXM figures; NVIDIA's datasheets)."""
 GPU_RUNS = (("qwen2.5-0.5b", "agentfly", False), ("qwen2.5-0.5b", "trl", False), ("qwen3-1.7b", "agentfly", False),
-            ("qwen3-1.7b", "trl", False), ("qwen2.5-0.5b", "agentfly", True))  # fmt: skip
+            ("qwen3-1.7b", "trl", False), ("qwen2.5-0.5b", "agentfly-continuous", False),
+            ("qwen2.5-0.5b", "agentfly", True))  # fmt: skip
 """(shape, trainer, gradient checkpointing), in order of importance: runs the budget does not reach are skipped.
 Checkpointing is measured on the small shape only: TRL's generation under it did not finish 3 steps of the 1.7B
-shape in 100 s on an H100 (2026-11-27)."""
-DRY_RUNS = (("tiny", "agentfly", False), ("tiny", "trl", False), ("tiny", "agentfly", True))
+shape in 100 s on an H100 (2026-11-27). ``agentfly-continuous`` samples on transformers' continuous batching
+(``rollout.hf_engine=continuous``, issue #44), which this project's CPU measures slower than the padded engine."""
+DRY_RUNS = (("tiny", "agentfly", False), ("tiny", "trl", False), ("tiny", "agentfly-continuous", False),
+            ("tiny", "agentfly", True))  # fmt: skip
 RUN_FIELDS = ("step_s", "rollout_s", "logprob_s", "update_s", "sampled_tokens_per_s", "trained_tokens_per_s",
               "peak_memory_gib", "mfu_update", "parameters", "cuda_path")  # fmt: skip
 """The figures every finished run reports (the tests check them)."""
@@ -186,9 +190,12 @@ def build_model(shape: str, tokenizer_dir: Path, directory: Path, device: str) -
     tokenizer.save_pretrained(directory)
 
 
-def agentfly_trainer(model_dir: Path, batch: Batch, checkpointing: bool, run_dir: Path) -> tuple[Any, Any]:
+def agentfly_trainer(
+    model_dir: Path, batch: Batch, checkpointing: bool, run_dir: Path, engine: str = "padded"
+) -> tuple[Any, Any]:
     """agentfly's trainer for the run, built as the CLI builds it, training TRL's algorithm (GRPO, no entropy bonus,
-    no KL term; the training guide's defaults are PPO with a critic and an entropy bonus); ``(trainer, close)``."""
+    no KL term; the training guide's defaults are PPO with a critic and an entropy bonus), sampling on the HF backend's
+    ``engine`` (``padded`` or ``continuous``); ``(trainer, close)``."""
     from agentfly_train.build import prepare_run
     from agentfly_train.config import load_config
 
@@ -202,7 +209,7 @@ def agentfly_trainer(model_dir: Path, batch: Batch, checkpointing: bool, run_dir
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={batch.micro_batch}",
         "actor_rollout_ref.actor.use_kl_loss=false", f"actor_rollout_ref.rollout.response_length={2 * batch.tokens}",
         f"trainer.total_training_steps={batch.steps}", "trainer.val_before_train=false",
-        f"trainer.default_local_dir={run_dir}",
+        f"trainer.default_local_dir={run_dir}", f"actor_rollout_ref.rollout.hf_engine={engine}",
     ]  # fmt: skip
     prepared = prepare_run(load_config(overrides))
     return prepared.trainer, prepared.trainer.close
@@ -236,7 +243,11 @@ def trl_trainer(model_dir: Path, batch: Batch, checkpointing: bool, run_dir: Pat
     return trainer, lambda: None
 
 
-TRAINERS = {"agentfly": agentfly_trainer, "trl": trl_trainer}
+TRAINERS = {
+    "agentfly": agentfly_trainer,
+    "agentfly-continuous": functools.partial(agentfly_trainer, engine="continuous"),
+    "trl": trl_trainer,
+}
 
 
 def flop_parameters(model: Any) -> int:
@@ -281,7 +292,7 @@ def one_run(shape: str, trainer_name: str, checkpointing: bool, model_dir: Path,
     return {
         "shape": shape,
         "trainer": trainer_name,
-        "adv_estimator": trainer.rl.algorithm.adv_estimator if trainer_name == "agentfly" else "grpo",
+        "adv_estimator": trainer.rl.algorithm.adv_estimator if trainer_name != "trl" else "grpo",
         "gradient_checkpointing": checkpointing,
         "steps_measured": len(measured),
         "step_s": mean["step_s"],
@@ -327,16 +338,18 @@ def machine() -> dict[str, Any]:
 
 
 def ratios(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """agentfly's figures over TRL's, per shape, for runs with the same gradient checkpointing setting."""
+    """agentfly's figures over TRL's, for runs of the same shape and gradient checkpointing setting: keyed by the
+    shape for the padded engine, ``SHAPE/agentfly-continuous`` for continuous batching."""
     out = {}
     for ours in runs:
-        if ours.get("trainer") != "agentfly" or "step_s" not in ours:
+        if ours.get("trainer", "trl") == "trl" or "step_s" not in ours:
             continue
         same = (ours["shape"], ours["gradient_checkpointing"])
         theirs = next((run for run in runs if run.get("trainer") == "trl" and "step_s" in run
                        and (run["shape"], run["gradient_checkpointing"]) == same), None)  # fmt: skip
         if theirs is not None:
-            out[ours["shape"]] = {
+            key = ours["shape"] if ours["trainer"] == "agentfly" else f"{ours['shape']}/{ours['trainer']}"
+            out[key] = {
                 "step_time": ours["step_s"] / theirs["step_s"],
                 "sampled_tokens_per_s": ours["sampled_tokens_per_s"] / theirs["sampled_tokens_per_s"],
                 "trained_tokens_per_s": ours["trained_tokens_per_s"] / theirs["trained_tokens_per_s"],

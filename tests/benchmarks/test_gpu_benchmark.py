@@ -69,7 +69,9 @@ def test_the_gpu_run_checks_its_install_and_its_dry_run_writes_every_figure_of_e
     assert (tmp_path / "out" / "log.txt").read_text().startswith("installed: torch ")
     result = json.loads((tmp_path / "out" / "gpu_trainer_speed.json").read_text())
     fields = script("trainer_speed").RUN_FIELDS
-    assert [run["run"] for run in result["runs"]] == ["tiny/agentfly/no-ckpt", "tiny/trl/no-ckpt", "tiny/agentfly/ckpt"]
+    assert [run["run"] for run in result["runs"]] == [
+        "tiny/agentfly/no-ckpt", "tiny/trl/no-ckpt", "tiny/agentfly-continuous/no-ckpt", "tiny/agentfly/ckpt"
+    ]  # fmt: skip
     for run in result["runs"]:
         assert set(fields) <= set(run), run
         assert run["adv_estimator"] == "grpo"  # both trainers train GRPO (the guide's default is PPO with a critic)
@@ -78,6 +80,7 @@ def test_the_gpu_run_checks_its_install_and_its_dry_run_writes_every_figure_of_e
         path = run["cuda_path"]
         assert path["losses_finite"] and path["grad_norms_finite"]
         assert path["gradient_checkpointing"] is run["gradient_checkpointing"]
+    assert set(result["ratios"]) == {"tiny", "tiny/agentfly-continuous"}
     assert set(result["ratios"]["tiny"]) == {"step_time", "sampled_tokens_per_s", "trained_tokens_per_s"}
     assert result["machine"]["device"] == "cpu"
     assert result["batch"] == {"prompts": 2, "chains": 2, "tokens": 16, "steps": 2}

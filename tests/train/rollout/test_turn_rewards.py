@@ -100,3 +100,25 @@ def test_agent_turn_reward_name_reaches_the_env_and_an_unknown_one_is_a_config_e
     assert "turn_reward" not in env_kwargs(quickstart_config())
     with pytest.raises(ConfigError, match=r"agent\.turn_reward_name.*tool_error_penalty"):
         check_fields(quickstart_config(["agent.turn_reward_name=tool_errors"]))
+
+
+def test_a_world_that_pays_its_progress_each_step_is_correct_by_its_success_not_its_last_increment(tiny_tokenizer):
+    """The maze pays each move its progress, so a golden episode's last step pays 1/n; success (what the accuracy
+    metric counts) comes from the world's ``success`` component, and a walk cut short by the turn budget is no
+    success although it was paid its progress."""
+    envs = [gym.make("agentfly/Maze-Nav", num_tasks=2) for _ in range(2)]
+    _, info = envs[0].reset(options={"index": 0})
+    codec = ChatCodec(tiny_tokenizer, info["tools"])
+    tasks = [envs[0].unwrapped.tasks.row(i) for i in range(2)]
+    scripts = golden_scripts(envs, codec, tasks)
+    with ThreadPoolExecutor(2) as executor:
+        budgets = RolloutBudgets(max_turns=24, max_tokens_per_turn=64, response_length=4096)
+        walked = run_rollouts(envs, tasks, ScriptedPolicy(codec, scripts), codec, budgets, SamplingParams(), executor)
+        short = RolloutBudgets(max_turns=3, max_tokens_per_turn=64, response_length=4096)
+        cut = run_rollouts(envs, tasks, ScriptedPolicy(codec, scripts), codec, short, SamplingParams(), executor)
+    for trajectory in walked:
+        assert trajectory.finish_reason == "stop" and trajectory.num_turns >= 10
+        assert trajectory.turn_rewards[-1] == pytest.approx(1 / trajectory.num_turns)
+        assert trajectory.reward == pytest.approx(1.0) and trajectory.correct
+    for trajectory in cut:
+        assert trajectory.finish_reason == "max_turns" and 0 < trajectory.reward < 1 and not trajectory.correct
