@@ -86,8 +86,8 @@ def validate(config: TrainConfig) -> None:
 
 
 def _validate_program(config: TrainConfig) -> None:
-    """``agent.program``: a function that imports, on the turn-synchronous schedule (the estimator's check asks for
-    one that trains a row per turn: :attr:`~agentfly_train.config.agent.AgentConfig.trains_turn_rows`)."""
+    """``agent.program``: a function that imports (the estimator's check asks for one that trains a row per turn:
+    :attr:`~agentfly_train.config.agent.AgentConfig.trains_turn_rows`)."""
     from agentfly_envs.user_code import UserCodeError, load_function
 
     if config.agent.program is None:
@@ -98,11 +98,6 @@ def _validate_program(config: TrainConfig) -> None:
         load_function(config.agent.program)
     except UserCodeError as error:
         raise ConfigError(f"agent.program: {error}") from None
-    if config.async_training.enable:
-        raise ConfigError(
-            "agent.program runs its episodes as whole programs: off-policy training (async_training.enable=true) "
-            "is not served for them; set async_training.enable=false"
-        )
 
 
 def check_fields(section: Any, prefix: str = "") -> None:

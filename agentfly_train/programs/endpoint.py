@@ -63,6 +63,8 @@ class CompletionsServer:
 
     def __init__(self) -> None:
         self.requests: queue.Queue[Request | None] = queue.Queue()
+        self._arrival: Future[None] | None = None
+        self._arrival_lock = threading.Lock()
         self.live: set[str] = set()
         self.api_key = f"agentfly-{secrets.token_hex(8)}"
         self._loop = asyncio.new_event_loop()
@@ -74,6 +76,26 @@ class CompletionsServer:
     def endpoint(self, key: str, model: str) -> Endpoint:
         """The :class:`Endpoint` of episode ``key``."""
         return Endpoint(f"http://127.0.0.1:{self.port}/{key}/v1", self.api_key, model)
+
+    def hand_over(self, request: Request | None) -> None:
+        """Queues ``request`` for the rollout thread (``None``: a program ended, which wakes it too) and completes the
+        future :meth:`arrival` handed out."""
+        self.requests.put(request)
+        with self._arrival_lock:
+            arrival, self._arrival = self._arrival, None
+        if arrival is not None:
+            arrival.set_result(None)
+
+    def arrival(self) -> Future[None]:
+        """A future completed when something is queued (already completed if something waits)."""
+        with self._arrival_lock:
+            if not self.requests.empty():
+                done: Future[None] = Future()
+                done.set_result(None)
+                return done
+            if self._arrival is None:
+                self._arrival = Future()
+            return self._arrival
 
     def _serve(self) -> None:
         from aiohttp import web
@@ -108,7 +130,7 @@ class CompletionsServer:
         except ValueError:
             return web.json_response(error_body("the body is not JSON"), status=400)
         answer: Future[Answer] = Future()
-        self.requests.put(Request(key, body, answer))
+        self.hand_over(Request(key, body, answer))
         status, payload = await asyncio.wrap_future(answer)
         return web.json_response(payload, status=status)
 

@@ -23,6 +23,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ from agentfly_train.programs.wire import (
 )
 from agentfly_train.rollout.codec import ChatCodec, assistant_message
 from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory
-from agentfly_train.rollout.stream import streaming
+from agentfly_train.rollout.stream import run_to_end, streaming
 
 GATHER_S = 0.02
 """How long the idle engine waits at least for the next request while fewer requests wait than programs run, seconds:
@@ -101,18 +102,32 @@ class ProgramSettings:
         Returns:
             One :class:`~agentfly_train.rollout.Trajectory` per episode, in order.
         """
-        return _Rollout(backend, codec, budgets, params, self, timing or EngineTime()).run(envs, tasks)
+        stream = self.stream(backend, codec, budgets, timing)
+        try:
+            return run_to_end(stream, envs, tasks, params, range(len(tasks)))
+        finally:
+            stream.close()
+
+    def stream(
+        self, backend: GenerationBackend, codec: ChatCodec, budgets: RolloutBudgets, timing: EngineTime | None = None
+    ) -> ProgramStream:
+        """A stream of this program's episodes over ``backend`` (see :class:`ProgramStream`), for the off-policy
+        schedule; close it when done."""
+        return ProgramStream(backend, codec, budgets, self, timing)
 
 
 @dataclass
 class _Running:
-    """A program's episode in flight."""
+    """A program's episode in flight: ``key`` names it in its URL, ``stream_key`` in the stream."""
 
     key: str
+    stream_key: int
     env: gym.Env
     task: Mapping[str, Any]
+    params: SamplingParams
     episode: ProgramEpisode
     deadline: float
+    started_version: int
     outcome: tuple[str, Any, Mapping[str, Any]] | None = None
     """``("reward", value, env info)``, ``("error", message, {})`` or ``("infra", message, {})`` once it returned."""
     env_seconds: float = 0.0
@@ -129,6 +144,7 @@ class _Waiting:
     codec: ChatCodec
     prompt: list[int]
     extends: bool
+    version: int
     generations: dict[int, Generation] = field(default_factory=dict)
 
 
@@ -165,7 +181,7 @@ def _play(running: _Running, settings: ProgramSettings, server: CompletionsServe
     except BaseException as error:  # the user's program: whatever it raises ends its episode only
         running.outcome = "error", f"raised {type(error).__name__}: {one_line(error)}", {}
     finally:
-        server.requests.put(None)  # wakes the rollout thread
+        server.hand_over(None)  # wakes the rollout thread
 
 
 def _trajectory(running: _Running, settings: ProgramSettings, budgets: RolloutBudgets) -> Trajectory:
@@ -185,93 +201,153 @@ def _trajectory(running: _Running, settings: ProgramSettings, budgets: RolloutBu
     return trajectory
 
 
-class _Rollout:
-    """One batch of program episodes over one engine (see the module)."""
+class ProgramStream:
+    """Agent programs' episodes in flight over one engine, driven as the turn loop's
+    (:class:`~agentfly_train.rollout.stream.Episodes`): :meth:`start` starts an episode's
+    program in a thread of its own, each :meth:`pump` serves the requests waiting (it waits for one, gathering those
+    that come together, when the engine is idle and ``wait_for_env`` allows) and runs one engine step, and an episode
+    is :attr:`finished` once its program returned, failed or ran out of time. Each sampled turn is tagged with
+    :attr:`version` as it was when its request was submitted. Its endpoint serves until :meth:`close`.
+
+    Args:
+        backend: The generator.
+        codec: The policy's chat codec.
+        budgets: Turn and token limits.
+        settings: The program.
+        timing: Accumulates the engine's busy time and its idle time (waiting for requests).
+    """
 
     def __init__(
         self,
         backend: GenerationBackend,
         codec: ChatCodec,
         budgets: RolloutBudgets,
-        params: SamplingParams,
         settings: ProgramSettings,
-        timing: EngineTime,
+        timing: EngineTime | None = None,
     ) -> None:
         self.engine = streaming(backend)
         self.codec = codec
         self.budgets = budgets
-        self.params = params
         self.settings = settings
-        self.timing = timing
+        self.timing = timing if timing is not None else EngineTime()
+        self.version = 0
+        """The policy version the engine samples with now; each sampled turn is tagged with it."""
+        self.finished: list[int] = []
+        """Keys of the episodes that ended, in the order they ended (the caller takes them out)."""
+        self.server = CompletionsServer()
         self.codecs: dict[str, ChatCodec] = {}
         self.waiting: dict[str, tuple[_Waiting, int]] = {}
         self.request_ids = itertools.count()
         self.last_step_s = 0.0
+        self.started = False  # the first requests of a stream come together: see START_GATHER_S
+        self._run = next(_RUNS)
+        self._episodes: dict[int, _Running] = {}
+        self._by_url: dict[str, _Running] = {}
 
-    def run(self, envs: Sequence[gym.Env], tasks: Sequence[Mapping[str, Any]]) -> list[Trajectory]:
-        server = CompletionsServer()
-        run = next(_RUNS)
-        episodes = [
-            _Running(f"r{run}e{n}", env, task, ProgramEpisode(self.budgets), time.monotonic() + self.settings.timeout)
-            for n, (env, task) in enumerate(zip(envs, tasks, strict=True))
-        ]
-        self.by_key = {running.key: running for running in episodes}
-        server.live.update(self.by_key)
-        try:
-            for running in episodes:
-                name = f"agent-program-{running.key}"
-                threading.Thread(target=_play, args=(running, self.settings, server), name=name, daemon=True).start()
-            while server.live or self.engine.has_unfinished():
-                for request in self._take(server):
-                    self._start(request)
-                self._end_finished(server)
-                if self.engine.has_unfinished():
-                    start = time.perf_counter()
-                    finished_requests = self.engine.step()
-                    self.last_step_s = time.perf_counter() - start
-                    self.timing.busy_s += self.last_step_s
-                    for request_id, generation in finished_requests:
-                        self._sampled(request_id, generation)
-        finally:
-            server.live.clear()
-            for waiting, _ in self.waiting.values():
+    def start(self, key: int, env: gym.Env, task: Mapping[str, Any], params: SamplingParams) -> None:
+        """Starts the program of an episode of ``task`` (``env`` scores a string answer), sampled with ``params``
+        (a request's own ``temperature`` and ``top_p`` replace them); ``key`` names it until it is taken."""
+        deadline = time.monotonic() + self.settings.timeout
+        url_key = f"r{self._run}e{key}"
+        running = _Running(url_key, key, env, task, params, ProgramEpisode(self.budgets), deadline, self.version)
+        self._episodes[key] = self._by_url[url_key] = running
+        self.server.live.add(url_key)
+        name = f"agent-program-{url_key}"
+        threading.Thread(target=_play, args=(running, self.settings, self.server), name=name, daemon=True).start()
+
+    def peek(self, key: int) -> Trajectory:
+        """The trajectory of a finished episode, left in the stream."""
+        trajectory = self._episodes[key].trajectory
+        assert trajectory is not None, f"episode {key} has not finished"
+        return trajectory
+
+    def take(self, key: int) -> Trajectory:
+        """The trajectory of a finished episode, which the stream then forgets."""
+        trajectory = self.peek(key)
+        self.finished.remove(key)
+        del self._by_url[self._episodes.pop(key).key]
+        return trajectory
+
+    @property
+    def in_flight(self) -> int:
+        """Episodes started and not finished."""
+        return len(self._episodes) - len(self.finished)
+
+    def pump(self, wait_for_env: bool = True) -> bool:
+        """Serves the requests waiting (with none and an idle engine, waits for them when ``wait_for_env``: see
+        :meth:`_take`), ends the episodes whose program returned or ran out of time, then runs one engine step.
+
+        Returns:
+            Whether the engine stepped.
+        """
+        for request in self._take(wait_for_env):
+            self._start(request)
+        self._end_finished()
+        stepped = self.engine.has_unfinished()
+        if stepped:
+            start = time.perf_counter()
+            finished_requests = self.engine.step()
+            self.last_step_s = time.perf_counter() - start
+            self.timing.busy_s += self.last_step_s
+            for request_id, generation in finished_requests:
+                self._sampled(request_id, generation)
+        return stepped
+
+    def env_futures(self) -> list[Future[None]]:
+        """What the engine waits for when it has nothing to sample: the next request, or a program's end."""
+        return [self.server.arrival()]
+
+    def oldest_version(self, key: int) -> int:
+        """The oldest policy version among an episode's sampled turns (its start's, before any)."""
+        running = self._episodes[key]
+        return min((turn.version for turn in running.episode.turns), default=running.started_version)
+
+    def close(self) -> None:
+        """Stops the endpoint: the requests still open are refused (HTTP 404), and the programs still running are
+        abandoned (their next request is refused too)."""
+        self.server.live.clear()
+        for waiting, _ in self.waiting.values():
+            if not waiting.answer.done():
                 waiting.answer.set_result((404, error_body("the rollout ended")))
-            while not server.requests.empty():
-                if (request := server.requests.get()) is not None:
-                    request.answer.set_result((404, error_body(f"episode {request.key} is not running")))
-            server.close()
-        return [running.trajectory or _trajectory(running, self.settings, self.budgets) for running in episodes]
+        self.waiting.clear()
+        while not self.server.requests.empty():
+            if (request := self.server.requests.get()) is not None:
+                request.answer.set_result((404, error_body(f"episode {request.key} is not running")))
+        self.server.close()
 
-    def _take(self, server: CompletionsServer) -> list[Request]:
-        """The requests waiting: with the engine busy, those queued now; else at least one (or a program's end, or
-        the nearest deadline), then more while fewer wait than programs run and each comes within :data:`GATHER_S`
-        (or :data:`GATHER_SHARE` of the last engine step, if longer; :data:`START_GATHER_S` before the first) of the
-        one before."""
+    def _take(self, wait_for_env: bool) -> list[Request]:
+        """The requests waiting: with the engine busy (or without ``wait_for_env``), those queued now; else at least one
+        (or a program's end, or the nearest deadline), then more while fewer wait than programs run and each comes
+        within :data:`GATHER_S` (or :data:`GATHER_SHARE` of the last engine step, if longer; :data:`START_GATHER_S`
+        before the stream's first) of the one before."""
+        server = self.server
         taken: list[Request | None] = []
-        if self.engine.has_unfinished():
+        if self.engine.has_unfinished() or not wait_for_env or not server.live:
             while not server.requests.empty():
                 taken.append(server.requests.get())
             return [r for r in taken if r is not None]
         start = time.perf_counter()
-        nearest = min((self.by_key[key].deadline for key in server.live), default=time.monotonic())
-        gap = max(GATHER_S, GATHER_SHARE * self.last_step_s) if self.last_step_s else START_GATHER_S
+        nearest = min(self._by_url[key].deadline for key in server.live)
+        gap = max(GATHER_S, GATHER_SHARE * self.last_step_s) if self.started else START_GATHER_S
+        self.started = True
         try:
             taken.append(server.requests.get(timeout=max(nearest - time.monotonic(), 0.0) + 0.01))
-            while sum(r is not None for r in taken) < sum(self.by_key[key].outcome is None for key in server.live):
+            while sum(r is not None for r in taken) < sum(self._by_url[key].outcome is None for key in server.live):
                 taken.append(server.requests.get(timeout=gap))  # a program's end (None) does not end the wait
         except queue.Empty:
             pass
         self.timing.idle_s += time.perf_counter() - start
         return [r for r in taken if r is not None]
 
-    def _end_finished(self, server: CompletionsServer) -> None:
+    def _end_finished(self) -> None:
         """Ends the episodes whose program returned or ran out of time."""
         now = time.monotonic()
-        for key in [key for key in server.live if self.by_key[key].outcome is not None or self.by_key[key].deadline
-                    <= now]:  # fmt: skip
-            server.live.discard(key)
-            running = self.by_key[key]
+        live = self.server.live
+        for key in [key for key in live if self._by_url[key].outcome is not None or self._by_url[key].deadline <= now]:
+            live.discard(key)
+            running = self._by_url[key]
             running.trajectory = _trajectory(running, self.settings, self.budgets)
+            self.finished.append(running.stream_key)
 
     def _codec(self, tools: list[dict[str, Any]] | None) -> ChatCodec:
         name = json.dumps(tools, sort_keys=True)
@@ -281,7 +357,7 @@ class _Rollout:
 
     def _start(self, request: Request) -> None:
         """Reads a request and submits its choices, or answers it with the reason it is refused."""
-        running = self.by_key.get(request.key)
+        running = self._by_url.get(request.key)
         if running is None or running.trajectory is not None:
             request.answer.set_result((404, error_body(f"episode {request.key} is not running")))
             return
@@ -293,11 +369,11 @@ class _Rollout:
             request.answer.set_result((400, error_body(str(error))))
             return
         params = SamplingParams(
-            self.params.temperature if chat.temperature is None else chat.temperature,
-            self.params.top_p if chat.top_p is None else chat.top_p,
-            self.params.top_k,
+            running.params.temperature if chat.temperature is None else chat.temperature,
+            running.params.top_p if chat.top_p is None else chat.top_p,
+            running.params.top_k,
         )
-        waiting = _Waiting(running, request.answer, chat, codec, prompt, extends)
+        waiting = _Waiting(running, request.answer, chat, codec, prompt, extends, self.version)
         for choice in range(chat.n):
             request_id = f"{request.key}-{next(self.request_ids)}"
             self.waiting[request_id] = (waiting, choice)
@@ -305,7 +381,10 @@ class _Rollout:
 
     def _sampled(self, request_id: str, generation: Generation) -> None:
         """Records a sampled choice; once every choice of its request is in, answers the request."""
-        waiting, choice = self.waiting.pop(request_id)
+        entry = self.waiting.pop(request_id, None)
+        if entry is None:  # of an episode this stream closed on, or of an earlier stream over this streaming engine
+            return
+        waiting, choice = entry
         waiting.generations[choice] = generation
         if len(waiting.generations) < waiting.request.n:
             return
@@ -331,6 +410,6 @@ class _Rollout:
         reason = "tool_calls" if message.get("tool_calls") else "stop" if cut or generation.stopped else "length"
         waiting.running.episode.record(
             SampledTurn(waiting.prompt, generation, generation.token_ids[:kept], request.messages, message,
-                        waiting.extends and index == 0)
+                        waiting.extends and index == 0, waiting.version)
         )  # fmt: skip
         return Choice(message, texts[:kept], generation.logprobs[:kept], reason)

@@ -41,6 +41,7 @@ class SampledTurn:
         messages: The request's messages.
         reply: The assistant message returned for it.
         extends: Whether ``prompt_ids`` extends the previous request's prompt and sampled ids.
+        version: The policy version that sampled it (off-policy training tags each trained token with it).
     """
 
     prompt_ids: list[int]
@@ -49,6 +50,7 @@ class SampledTurn:
     messages: list[dict[str, Any]]
     reply: dict[str, Any]
     extends: bool
+    version: int
 
 
 @dataclass
@@ -138,7 +140,7 @@ class ProgramEpisode:
                 trajectory.context_ids = list(turn.prompt_ids)
             start = len(trajectory.completion_ids)
             logprobs = turn.generation.logprobs[: len(turn.token_ids)]
-            trajectory.extend(turn.token_ids, trained=True, logprobs=logprobs, version=0)
+            trajectory.extend(turn.token_ids, trained=True, logprobs=logprobs, version=turn.version)
             context = trajectory.context_ids if grows else turn.prompt_ids
             trajectory.turn_spans.append(TurnSpan(context, len(context), [], start, len(trajectory.completion_ids)))
             trajectory.context_ids = [*turn.prompt_ids, *turn.token_ids]

@@ -15,6 +15,7 @@ from agentfly_train.rollout.asynchronous import run_rollouts_async
 from agentfly_train.rollout.codec import ChatCodec
 from agentfly_train.rollout.episode import EngineTime, RolloutBudgets, Trajectory, summarize
 from agentfly_train.rollout.judging import JudgeRewards, judged_as_they_end
+from agentfly_train.rollout.stream import Episodes, EpisodeStream, streaming
 from agentfly_train.rollout.sync import run_rollouts
 
 
@@ -33,6 +34,12 @@ class EpisodePlayer(Protocol):
         timing: EngineTime | None = None,
     ) -> list[Trajectory]:
         """One finished trajectory per ``(env, task)``, in order."""
+        ...
+
+    def stream(
+        self, backend: GenerationBackend, codec: ChatCodec, budgets: RolloutBudgets, timing: EngineTime | None = None
+    ) -> Episodes:
+        """Its episodes as a stream over ``backend`` (the off-policy schedule's)."""
         ...
 
 
@@ -99,6 +106,13 @@ class AgentRollout:
         play = functools.partial(loop, envs, tasks, backend, self.codec, self.budgets, params, self.executor, timing,
                                  self.retries)  # fmt: skip
         return judged_as_they_end(self.judge, tasks, play)
+
+    def open_stream(self, backend: GenerationBackend) -> Episodes:
+        """A stream of this rollout's episodes over ``backend``, for the off-policy schedule: the agent program's, or
+        the turn loop's (:class:`~agentfly_train.rollout.stream.EpisodeStream`). Close it when done."""
+        if self.program is not None:
+            return self.program.stream(backend, self.codec, self.budgets)
+        return EpisodeStream(streaming(backend), self.codec, self.budgets, self.executor, retries=self.retries)
 
     def check_health(self) -> None:
         """The pool's health check: dead hosts replaced before an episode meets them, its counts added to

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 
@@ -44,6 +44,51 @@ from agentfly_train.rollout.episode import (
 )
 
 _REQUEST_IDS = itertools.count()
+
+
+class Episodes(Protocol):
+    """Episodes in flight over one engine, as the off-policy schedule and :func:`run_to_end` drive them: the turn
+    loop's (:class:`EpisodeStream`) or an agent program's
+    (:class:`~agentfly_train.programs.runner.ProgramStream`)."""
+
+    version: int
+    """The policy version the engine samples with now; each sampled token is tagged with it."""
+    finished: list[int]
+    """Keys of the episodes that ended, in the order they ended (the caller takes them out)."""
+
+    def start(self, key: int, env: gym.Env, task: Mapping[str, Any], params: SamplingParams) -> None:
+        """Starts an episode of ``task`` on ``env``; ``key`` names it until it is taken."""
+        ...
+
+    def peek(self, key: int) -> Trajectory:
+        """The trajectory of a finished episode, left in the stream."""
+        ...
+
+    def take(self, key: int) -> Trajectory:
+        """The trajectory of a finished episode, which the stream then forgets."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """Episodes started and not finished."""
+        ...
+
+    def pump(self, wait_for_env: bool = True) -> bool:
+        """One engine step over what is pending, or, with nothing pending, a wait for what the episodes wait on
+        (``wait_for_env``); whether the engine stepped."""
+        ...
+
+    def env_futures(self) -> list[Future[Any]]:
+        """What the episodes wait on besides the engine (to wait on outside :meth:`pump`)."""
+        ...
+
+    def oldest_version(self, key: int) -> int:
+        """The oldest policy version among an episode's sampled tokens."""
+        ...
+
+    def close(self) -> None:
+        """Releases what the stream holds of its own."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -229,6 +274,10 @@ class EpisodeStream:
         """The oldest policy version among an episode's sampled tokens (its first turn's)."""
         return self._episodes[key].started_version
 
+    def close(self) -> None:
+        """Nothing to release: the envs are the pool's, the engine the run's."""
+        return
+
     def _submit(self, key: int) -> None:
         """Submits the episode's next turn, or first the summary its context policy asks for (never trained)."""
         episode = self._episodes[key]
@@ -267,7 +316,7 @@ class EpisodeStream:
 
 
 def run_to_end(
-    stream: EpisodeStream,
+    stream: Episodes,
     envs: Sequence[gym.Env],
     tasks: Sequence[Mapping[str, Any]],
     params: SamplingParams,

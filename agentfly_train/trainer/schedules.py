@@ -3,7 +3,8 @@
 
 - ``sync`` (:class:`SyncSchedule`): each rollout step plays its batch's tasks with the current weights, then the
   trainer updates; generation waits for the update and the update for the batch's slowest episode.
-- ``async`` (:class:`AsyncSchedule`): an :class:`~agentfly_train.rollout.stream.EpisodeStream` keeps producing
+- ``async`` (:class:`AsyncSchedule`): a stream of episodes (:meth:`~agentfly_train.rollout.AgentRollout.open_stream`:
+  the turn loop's :class:`~agentfly_train.rollout.stream.EpisodeStream`, or an agent program's) keeps producing
   episodes with the newest weights the generator holds, up to ``async_training.staleness_threshold`` batches ahead;
   the trainer takes a batch of finished groups (each the ``agent.num_chains`` episodes of one prompt) as soon as
   enough are ready. A backend with its own weights (vLLM) is pumped by a background thread, so generation goes on
@@ -33,7 +34,7 @@ from agentfly_envs.registry import Registry
 from agentfly_train.generation import SamplingParams
 from agentfly_train.rollout import EngineTime, Trajectory
 from agentfly_train.rollout.judging import judged_as_they_end
-from agentfly_train.rollout.stream import EpisodeStream, run_to_end, streaming
+from agentfly_train.rollout.stream import Episodes, run_to_end
 
 if TYPE_CHECKING:
     from agentfly_train.config.schema import AsyncTrainingConfig, TrainConfig
@@ -245,7 +246,7 @@ class AsyncSchedule(RolloutSchedule):
         self.behaviour_is_old = settings.use_rollout_log_probs
         self.source = PromptSource(len(self.rows), seed, shuffle)
         self.trainer: Any = None
-        self.stream: EpisodeStream | None = None
+        self.stream: Episodes | None = None
         self.lock = threading.RLock()
         self.ready = threading.Condition(self.lock)
         self.groups: dict[int, _Group] = {}
@@ -288,13 +289,7 @@ class AsyncSchedule(RolloutSchedule):
         self._free_slots = list(range(len(self._envs)))
         self.chains = chains
         self.synced_version = self.version()
-        self.stream = EpisodeStream(
-            streaming(trainer.port.backend),
-            trainer.port.agent.codec,
-            trainer.port.agent.budgets,
-            trainer.port.agent.executor,
-            retries=trainer.port.agent.retries,
-        )
+        self.stream = trainer.port.agent.open_stream(trainer.port.backend)
         self.stream.version = self.synced_version
         if trainer.port.backend.has_own_weights:
             trainer.port.sync_weights()  # the engine may hold weights from before a resumed checkpoint
@@ -482,7 +477,9 @@ class AsyncSchedule(RolloutSchedule):
         self.source.load_state_dict(state["source"])
 
     def close(self) -> None:
-        """Stops the background generator."""
+        """Stops the background generator, then the stream (an agent program's endpoint)."""
         self._stop = True
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self.stream is not None:
+            self.stream.close()

