@@ -37,7 +37,7 @@ MAZE = (
     "agent.max_tokens_per_turn=32",  # a move is 25-27 tokens of the tiny tokenizer, its turn end included
     "actor_rollout_ref.rollout.response_length=1200",  # 20 turns of a move and a room (about 20 tokens)
     "actor_rollout_ref.model.tiny_hidden_size=64",
-    "sft.steps=150",
+    "sft.steps=300",  # sampled at temperature 1, the policy of 150 steps broke a call in a turn of four
     "sft.lr=2e-3",
     "sft.batch_size=4",
     "sft.num_demos=64",
@@ -98,7 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--estimators", default="grpo,gigpo", help="comma-separated advantage estimator names")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated trainer.seed values")
-    parser.add_argument("--steps", type=int, default=8, help="RL steps per run (the same budget for each)")
+    parser.add_argument("--steps", type=int, default=16, help="RL steps per run (the same budget for each)")
     parser.add_argument("--window", type=int, default=3, help="steps averaged at the start and end of a curve")
     parser.add_argument("--out", type=Path, help="write the figures and curves here as JSON")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (their wall times then share the CPUs)")

