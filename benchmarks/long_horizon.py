@@ -12,7 +12,8 @@ Printed per estimator: the training success rate (the share of the step's episod
 first and the last ``--window`` steps, and the greedy validation success on the training mazes before and after RL,
 each as the mean over seeds with the minimum and maximum; JSON with every run's curve goes to ``--out``.
 
-    python benchmarks/long_horizon.py --estimators grpo,gigpo --seeds 0,1,2 --out benchmarks/results/long_horizon.json
+    python benchmarks/long_horizon.py --estimators grpo,grpo_turns,gigpo --seeds 0,1,2 --jobs 2 \\
+        --out benchmarks/results/long_horizon.json
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def print_table(summaries: dict[str, dict[str, dict[str, float]]], window: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--estimators", default="grpo,gigpo", help="comma-separated advantage estimator names")
+    parser.add_argument("--estimators", default="grpo,grpo_turns,gigpo", help="comma-separated estimator names")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated trainer.seed values")
     parser.add_argument("--steps", type=int, default=16, help="RL steps per run (the same budget for each)")
     parser.add_argument("--window", type=int, default=3, help="steps averaged at the start and end of a curve")

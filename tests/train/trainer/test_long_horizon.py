@@ -45,7 +45,7 @@ def run_benchmark(readme: str, tmp_path: Path, *overrides: str) -> dict:
     """The benchmark's command for ``gigpo``, seed 0 and 2 steps at :data:`TINY` sizes (and ``overrides``), its runs
     kept in ``tmp_path``: its figures, after checking its table and the run's saved episodes."""
     out = tmp_path / "figures.json"
-    change = {"--estimators": "gigpo", "--seeds": "0", "--out": str(out)}
+    change = {"--estimators": "gigpo", "--seeds": "0", "--jobs": "1", "--out": str(out)}
     add = ["--steps", "2", "--window", "1", "--runs-dir", str(tmp_path), *TINY, *overrides]
     done = run_cli(readme_command(readme, change, add).argv, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -56,7 +56,8 @@ def run_benchmark(readme: str, tmp_path: Path, *overrides: str) -> dict:
 
 
 @runs_readme_command(
-    "python benchmarks/long_horizon.py --estimators grpo,gigpo --seeds 0,1,2 --out benchmarks/results/long_horizon.json"
+    "python benchmarks/long_horizon.py --estimators grpo,grpo_turns,gigpo --seeds 0,1,2 --jobs 2 "
+    "--out benchmarks/results/long_horizon.json"
 )
 def test_the_benchmark_runs_gigpo_on_the_maze_for_two_steps(readme, tmp_path):
     figures = run_benchmark(readme, tmp_path)
