@@ -239,7 +239,6 @@ class ProgramStream:
         self.waiting: dict[str, tuple[_Waiting, int]] = {}
         self.request_ids = itertools.count()
         self.last_step_s = 0.0
-        self.started = False  # the first requests of a stream come together: see START_GATHER_S
         self._run = next(_RUNS)
         self._episodes: dict[int, _Running] = {}
         self._by_url: dict[str, _Running] = {}
@@ -319,7 +318,7 @@ class ProgramStream:
         """The requests waiting: with the engine busy (or without ``wait_for_env``), those queued now; else at least one
         (or a program's end, or the nearest deadline), then more while fewer wait than programs run and each comes
         within :data:`GATHER_S` (or :data:`GATHER_SHARE` of the last engine step, if longer; :data:`START_GATHER_S`
-        before the stream's first) of the one before."""
+        before the stream's first engine step) of the one before."""
         server = self.server
         taken: list[Request | None] = []
         if self.engine.has_unfinished() or not wait_for_env or not server.live:
@@ -328,8 +327,7 @@ class ProgramStream:
             return [r for r in taken if r is not None]
         start = time.perf_counter()
         nearest = min(self._by_url[key].deadline for key in server.live)
-        gap = max(GATHER_S, GATHER_SHARE * self.last_step_s) if self.started else START_GATHER_S
-        self.started = True
+        gap = max(GATHER_S, GATHER_SHARE * self.last_step_s) if self.last_step_s else START_GATHER_S
         try:
             taken.append(server.requests.get(timeout=max(nearest - time.monotonic(), 0.0) + 0.01))
             while sum(r is not None for r in taken) < sum(self._by_url[key].outcome is None for key in server.live):
