@@ -145,8 +145,8 @@ class AgentCallback(TrainerCallback):
             self.summary.update(logs)
             return
         logs = dict(logs)
-        if "step_time" in logs and "timing/rollout_s" in logs:
-            logs["timing/update_s"] = logs["step_time"] - logs["timing/rollout_s"] - logs.get("timing/weight_sync_s", 0)
+        if "step_time" in logs and "timing/rollout_s" in logs:  # the rollout's time holds its weight sync
+            logs["timing/update_s"] = logs["step_time"] - logs["timing/rollout_s"]
         self.metrics.append(state.global_step, logs)
         if self._bar is not None:
             show_latest(self._bar, logs, {"reward": "reward", "accuracy": "acc", "val/accuracy": "val_acc"})

@@ -2,10 +2,11 @@
 
 Runs the same short GRPO job through the CLI once per engine (the quickstart preset: tiny model, SFT warm start,
 Arith-Calc; vLLM colocated, asynchronous episodes) and prints, per engine, the mean seconds of a training step
-and of its parts, from each run's ``metrics.jsonl``: ``timing/rollout_s`` (sampling and env steps),
-``timing/env_s`` (env steps, inside the rollout), ``timing/weight_sync_s`` (handing the policy's weights to
-the engine) and ``timing/update_s`` (the rest of the step: log-prob recomputation, loss, backward, optimiser).
-The first step of each run (warm-up) is left out. Ratios are against the HF run of the same invocation.
+and of its parts, from each run's ``metrics.jsonl``: ``timing/rollout_s`` (the weight sync, sampling and env
+steps), ``timing/env_s`` (env steps, inside the rollout), ``timing/weight_sync_s`` (handing the policy's weights to
+the engine, inside the rollout) and ``timing/update_s`` (the rest of the step: log-prob recomputation, loss,
+backward, optimiser). The first step of each run (warm-up) is left out.
+Ratios are against the HF run of the same invocation.
 
     python benchmarks/step_time.py --steps 8 --out benchmarks/results/step_time.json
 """

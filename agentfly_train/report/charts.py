@@ -136,7 +136,7 @@ GROUPS: tuple[tuple[str, tuple[Chart, ...]], ...] = (
                     ("step", "step_time"),
                     ("rollout", "timing/rollout_s"),
                     ("env (inside rollout)", "timing/env_s"),
-                    ("weight sync", "timing/weight_sync_s"),
+                    ("weight sync (inside rollout)", "timing/weight_sync_s"),
                     ("update", "timing/update_s"),
                     ("validation", "val/timing/s"),
                 ),

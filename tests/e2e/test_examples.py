@@ -401,6 +401,7 @@ def test_step_time_benchmark(readme, tmp_path):
     for engine in ("hf", "vllm"):
         parts = figures[engine]
         assert parts["step_time"] > 0 and parts["timing/rollout_s"] > parts["timing/env_s"] > 0
+        assert parts["timing/rollout_s"] > parts["timing/weight_sync_s"] >= 0  # the sync is inside the rollout
         assert parts["timing/update_s"] > 0
     # only the vLLM engine has its own copy of the weights to load; HF samples the policy itself
     assert figures["vllm"]["timing/weight_sync_s"] > 10 * figures["hf"]["timing/weight_sync_s"]

@@ -63,3 +63,18 @@ def test_a_rewrite_that_fails_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         metrics.truncate_after(1)
     assert metrics.path.read_text() == before
+
+
+def test_the_update_time_is_the_step_less_the_rollout_which_holds_the_weight_sync(tmp_path):
+    """A vLLM step's weight sync (inside the rollout's time) can outlast a tiny model's update: counted once, the
+    update stays the step's remainder (it read -0.04 s when the sync was taken off twice)."""
+    from types import SimpleNamespace
+
+    from agentfly_train.callbacks import AgentCallback
+
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(tmp_path)))
+    callback = AgentCallback(trainer, test_freq=0, val_before_train=False, show_progress=False)
+    logs = {"step_time": 1.0, "timing/rollout_s": 0.8, "timing/weight_sync_s": 0.3, "timing/env_s": 0.1}
+    callback.on_log(None, SimpleNamespace(is_world_process_zero=True, global_step=1), None, logs=logs)
+    (record,) = callback.metrics.read()
+    assert record["timing/update_s"] == pytest.approx(0.2)
