@@ -30,6 +30,7 @@ from agentfly_train.tiny_policies import TINY_POLICIES
 
 if TYPE_CHECKING:
     from agentfly_train.critic import CriticSettings
+    from agentfly_train.judge_server import JudgeServer
     from agentfly_train.programs import ProgramSettings
     from agentfly_train.trl_args import RLSettings
 
@@ -72,16 +73,21 @@ def rollout_budgets(config: TrainConfig, truncation_reward: float = 0.0) -> Roll
 
 
 def agent_rollout(
-    config: TrainConfig, codec: ChatCodec, kwargs: dict[str, Any], async_episodes: bool, truncation_reward: float
+    config: TrainConfig,
+    codec: ChatCodec,
+    kwargs: dict[str, Any],
+    async_episodes: bool,
+    truncation_reward: float,
+    judge_server: JudgeServer | None = None,
 ) -> AgentRollout:
     """The rollout driver of the configured agent: an env pool made with ``kwargs`` (:func:`env_pool`), the
     budgets (an episode they cut short gets the env's ``truncation_reward``), training and validation sampling, and
     the env-stepping threads (with Ray envs, enough threads to wait on every env of every actor), each episode at its
     own pace where the generation backend serves that (``async_episodes``:
     :meth:`~agentfly_train.generation.base.BackendRegistry.async_episodes`), and the LLM judge if one scores the
-    episodes (:func:`judge_rewards`); the caller closes it
+    episodes (:func:`judge_rewards`, on ``judge_server`` when the run started one); the caller closes it
     (:meth:`~agentfly_train.rollout.AgentRollout.close`)."""
-    judge = judge_rewards(config)
+    judge = judge_rewards(config, judge_server)
     pool = env_pool(config, kwargs)
     rollout = config.actor_rollout_ref.rollout
     threads = rollout.env_workers * pool.steps_per_worker  # with Ray envs, a thread for each env an actor steps
@@ -100,9 +106,10 @@ def agent_rollout(
     )
 
 
-def judge_rewards(config: TrainConfig) -> JudgeRewards | None:
+def judge_rewards(config: TrainConfig, judge_server: JudgeServer | None = None) -> JudgeRewards | None:
     """The LLM judge that scores the episodes (``agent.reward_name=judge|rubric|group_rank``), checked to answer and
-    to serve its model, or ``None``.
+    to serve its model, or ``None``. ``judge_server``: the server the run started (``reward.judge.url=reference``),
+    which the judge stops when it is closed.
 
     Raises:
         ConfigError: the ``judge`` extra is not installed, or the judge does not answer at ``reward.judge.url`` or
@@ -112,7 +119,7 @@ def judge_rewards(config: TrainConfig) -> JudgeRewards | None:
 
     from agentfly_envs.judge import JudgeUnavailableError
 
-    judge = judge_of(config)
+    judge = judge_of(config, judge_server.url if judge_server is not None else None)
     if judge is None:
         return None
     if importlib.util.find_spec("openai") is None:
@@ -124,7 +131,7 @@ def judge_rewards(config: TrainConfig) -> JudgeRewards | None:
     except JudgeUnavailableError as error:
         judge.client.close()
         raise ConfigError(f"reward.judge.url: {error}") from None
-    return JudgeRewards(judge)
+    return JudgeRewards(judge, judge_server.close if judge_server is not None else None)
 
 
 def agent_program(config: TrainConfig) -> ProgramSettings | None:
@@ -189,6 +196,7 @@ def assemble_trainer(
     tokenizer: Any,
     codec: ChatCodec,
     data: RunData,
+    judge_server: JudgeServer | None = None,
 ) -> Any:
     """The :class:`~agentfly_train.trainer.AgentGRPOTrainer` of a run: its rollout port (the rollout driver over a
     pool of training envs and the generation backend, :class:`~agentfly_train.trainer.port.RolloutPort`), the
@@ -206,6 +214,8 @@ def assemble_trainer(
         codec: The chat codec (:func:`~agentfly_train.models.make_codec`).
         data: The run's rows, the kwargs of its envs and their contract (:func:`~agentfly_train.data.run_data`;
             its env may be closed).
+        judge_server: The LLM judge's server the run started (``reward.judge.url=reference``), which the trainer
+            stops when it is closed.
     """
     from agentfly_train.algorithms import make_kl_controller
     from agentfly_train.critic import build_value_model
@@ -215,7 +225,7 @@ def assemble_trainer(
     from agentfly_train.trainer.schedules import build_schedule
 
     truncation_reward = data.contract.truncation_reward
-    agent = agent_rollout(config, codec, data.env_kwargs, settings.async_episodes, truncation_reward)
+    agent = agent_rollout(config, codec, data.env_kwargs, settings.async_episodes, truncation_reward, judge_server)
     dataset = trl_dataset(data.train, opening_prompt(codec, agent.pool))
     critic_model = kl_ctrl = None
     if settings.critic is not None:
@@ -286,6 +296,7 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
     from agentfly_train.demonstrations import warm_start_phases
     from agentfly_train.devices import policy_dtype, training_device
     from agentfly_train.generation.base import backend_of
+    from agentfly_train.judge_server import serve_reference
     from agentfly_train.models import load_policy, lora_config
     from agentfly_train.quiet import no_progress_bars
     from agentfly_train.sft import warm_start
@@ -330,7 +341,13 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
         data.env.close()  # the rollouts make their own envs; a web env's browser goes with this one, also on error
     if args.beta and config.actor_rollout_ref.model.lora_rank == 0:
         pin_reference(model, run_dir, copy=config.sft.enable or config.model_path in TINY_POLICIES)
-    trainer = assemble_trainer(config, settings, model, tokenizer, codec, data)
+    judge_server = serve_reference(config, model, tokenizer, device)
+    try:
+        trainer = assemble_trainer(config, settings, model, tokenizer, codec, data, judge_server)
+    except BaseException:
+        if judge_server is not None:
+            judge_server.close()
+        raise
     return PreparedRun(trainer, config.trainer, checkpoint, result)
 
 

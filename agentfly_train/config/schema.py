@@ -43,6 +43,9 @@ processor (no download); :data:`agentfly_train.tiny_model.TINY_POLICIES` maps ea
 
 SELF_JUDGE = "rollout"
 """``reward.judge.url`` value naming the run's own vLLM server (``actor_rollout_ref.rollout.mode=server``)."""
+REFERENCE_JUDGE = "reference"
+"""``reward.judge.url`` value naming a vLLM server the run starts on its reference policy
+(:mod:`agentfly_train.judge_server`)."""
 
 
 LOGGERS = ("console", "wandb", "tensorboard")
@@ -318,8 +321,8 @@ class JudgeConfig:
     Attributes:
         url: An OpenAI-compatible base URL (a vLLM server: ``http://host:port/v1``), checked at start-up; ``rollout``:
             the run's own vLLM server (``rollout.mode=server``), so the policy judges itself with its current weights;
-            for the reference weights, the URL of a second server serving ``actor_rollout_ref.model.path`` (it is
-            never sent the trainer's weights).
+            ``reference``: a vLLM server the run starts on the policy as RL starts (after the warm start), which
+            keeps those weights for the whole run (:mod:`agentfly_train.judge_server`).
         model: The served model's name; ``null``: the first the server lists.
         template: The judge's prompt, a format string naming ``{task}``, ``{answer}``, ``{trajectory}`` and
             ``{reference}`` (group ranking: ``{task}``, ``{reference}``, ``{answers}``, ``{count}``); ``null``: the
@@ -332,6 +335,9 @@ class JudgeConfig:
         retries: Further tries of a failed request; a judge still down is an infrastructure failure.
         max_concurrency: Judge requests in flight at once.
         cache_size: Verdicts kept by digest of (prompt, answer), so a repeated answer is not judged again; 0: none.
+        server_args: ``url=reference``: the judge server's vLLM arguments beyond its model, host and port (e.g.
+            ``[--gpu-memory-utilization,0.3]``); ``null``: the device's defaults
+            (:func:`agentfly_train.judge_server.server_args`).
     """
 
     url: str | None = None
@@ -344,6 +350,7 @@ class JudgeConfig:
     retries: int = setting(2, NonNegative())
     max_concurrency: int = setting(64, Positive())
     cache_size: int = setting(4096, NonNegative(" (0: no cache)"))
+    server_args: list[str] | None = None
 
 
 @dataclass

@@ -24,10 +24,12 @@ from agentfly_train.rollout.episode import Trajectory
 
 
 class JudgeRewards:
-    """Scores finished episodes with ``judge``, in place (see the module's docstring)."""
+    """Scores finished episodes with ``judge``, in place (see the module's docstring); ``stop_server`` stops the
+    judge's server when the run started it (:meth:`close` calls it)."""
 
-    def __init__(self, judge: Judge) -> None:
+    def __init__(self, judge: Judge, stop_server: Callable[[], None] | None = None) -> None:
         self.judge = judge
+        self.stop_server = stop_server
         self._counted = (0, 0, 0, 0.0)
 
     def submit(self, trajectories: Sequence[Trajectory], tasks: Sequence[Mapping[str, Any]]) -> Future[None]:
@@ -69,8 +71,10 @@ class JudgeRewards:
         return dict(zip(("judge/calls", "judge/cache_hits", "judge/failures", "judge/seconds"), delta, strict=True))
 
     def close(self) -> None:
-        """Closes the judge's client."""
+        """Closes the judge's client, and stops its server if the run started it."""
         self.judge.client.close()
+        if self.stop_server is not None:
+            self.stop_server()
 
 
 class GroupsEnding:

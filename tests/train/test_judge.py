@@ -233,3 +233,44 @@ def test_a_judged_run_reports_the_rubric_and_stops_with_one_line_when_the_judge_
         for sample in samples:  # the judge's score is the reward (no turn reward), its reasoning kept
             assert sample["reward"] == pytest.approx(sample["reward_components"]["judge/score"])
             assert isinstance(sample["judge_reasoning"], str) and "excluded" not in sample
+
+
+@runs_readme_command("python -m agentfly_train --config quickstart agent.reward_name=judge reward.judge.url=reference")
+def test_the_run_starts_a_judge_server_on_its_reference_policy_and_stops_it_with_the_run(tmp_path, capfd, readme):
+    """The policy as RL starts (after its warm start) judges the episodes from a vLLM server the run starts on
+    ``<run dir>/reference``; the server stops when the run ends."""
+    import requests
+    from safetensors.torch import load_file
+    from transformers import set_seed
+
+    from agentfly_train.models import load_policy
+    from tests.helpers.runs import quickstart_config
+
+    command = readme_command(
+        readme,
+        add=["sft.steps=8", "sft.num_demos=16", "data.train_batch_size=2", "agent.num_chains=2",
+             "agent.max_tokens_per_turn=16", "actor_rollout_ref.rollout.response_length=64", "data.val_size=0",
+             "trainer.total_training_steps=2", "trainer.save_freq=2", "trainer.log_train_generations=4",
+             "reward.judge.max_tokens=128", f"trainer.default_local_dir={tmp_path}", "--no-progress"],
+    )  # fmt: skip
+    code = main(command.cli_arguments)
+    err = capfd.readouterr().err
+    assert code == 0, err[-3000:]
+    url = json.loads((tmp_path / "judge_server.json").read_text())["url"]
+    assert "--served-model-name" not in err  # the server's output went to its log, not the run's
+    assert "reference" in (tmp_path / "judge_server.log").read_text()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(url.removesuffix("/v1") + "/health", timeout=5)  # stopped with the run
+    records = [r for r in MetricsFile(tmp_path / "metrics.jsonl").read() if "judge/calls" in r]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["judge/calls"] == 4 and r["rollout/excluded"] == 0 for r in records)
+    for step in (1, 2):
+        samples = [json.loads(line) for line in (tmp_path / "train_samples" / f"step_{step:06d}.jsonl").open()]
+        assert all(isinstance(sample["judge_reasoning"], str) for sample in samples)
+        assert all(sample["reward"] == pytest.approx(sample["reward_components"]["judge/score"]) for sample in samples)
+    config = quickstart_config([])
+    set_seed(config.trainer.seed)  # as the run did before it built its policy
+    initial = load_policy(config)[0].state_dict()
+    reference = load_file(tmp_path / "reference" / "model.safetensors")
+    assert reference.keys() <= initial.keys()
+    assert any(not reference[name].equal(initial[name]) for name in reference)  # the policy after its warm start

@@ -84,6 +84,11 @@ def _config(*overrides: str):
             ["agent.reward_name=judge", "reward.judge.url=http://x/v1", "reward.judge.timeout_s=0"],
             "reward.judge.timeout_s",
         ),
+        (
+            ["agent.reward_name=judge", "reward.judge.url=http://x/v1", "reward.judge.server_args=[--enforce-eager]"],
+            "reward.judge.server_args sets the judge server the run starts (reward.judge.url=reference); "
+            "reward.judge.url=http://x/v1 names a server started by you",
+        ),
     ],
 )
 def test_a_bad_judge_setting_is_one_line_naming_the_key(overrides, message):
@@ -134,3 +139,64 @@ def test_the_policy_judges_itself_on_the_runs_own_vllm_server():
     )  # fmt: skip
     judge = judge_of(config)
     assert judge.kind == "group_rank" and judge.client.settings.url == "http://127.0.0.1:8123/v1"
+
+
+def test_the_reference_judge_server_takes_the_devices_arguments_unless_given_its_own():
+    from agentfly_train.config.judge import judge_of
+    from agentfly_train.judge_server import server_args
+
+    config = _config("agent.reward_name=judge", "reward.judge.url=reference")
+    assert judge_of(config).client.settings.url == "reference"  # checked before the run starts its server
+    assert judge_of(config, "http://127.0.0.1:9/v1").client.settings.url == "http://127.0.0.1:9/v1"
+    assert server_args(config, "cpu")[:3] == ["--dtype", "float32", "--enforce-eager"]
+    assert server_args(config, "cuda") == ["--gpu-memory-utilization", "0.2"]
+    given = _config("agent.reward_name=judge", "reward.judge.url=reference", "reward.judge.server_args=[--seed,3]")
+    assert server_args(given, "cuda") == ["--seed", "3"]
+
+
+@pytest.mark.slow  # the server's vLLM import alone takes 20 s
+def test_a_reference_judge_server_that_cannot_start_is_one_line_naming_its_log(tmp_path):
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    from agentfly_train.judge_server import JudgeServer
+
+    log = tmp_path / "judge_server.log"
+    with pytest.raises(ConfigError) as raised:
+        JudgeServer.start(tmp_path / "no-model-here", log, ["--no-such-flag"])
+    message = str(raised.value)
+    assert message.startswith("reward.judge.url=reference: the judge's vLLM server exited (")
+    assert f"its log {log} ends: " in message and "reward.judge.server_args" in message and "\n" not in message
+    assert "--no-such-flag" in message  # vLLM's own word on what it refused
+
+
+def test_a_server_the_run_launched_ends_when_the_run_is_killed(tmp_path):
+    """What keeps a killed run's judge server from holding its GPU: the launched process gets SIGTERM when the
+    process that launched it dies (here a child that launches ``http.server`` and is then SIGKILLed)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from agentfly_train.judge_server import launch\n"
+        f"server = launch('http.server', ['--bind', '127.0.0.1', '0'], Path({str(tmp_path / 'server.log')!r}))\n"
+        "print(server.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    server = int(run.stdout.readline())
+    time.sleep(0.5)
+    os.kill(server, 0)  # running
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(server, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.killpg(server, signal.SIGKILL)
+    raise AssertionError("the launched server outlived the process that launched it")
