@@ -296,7 +296,7 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
     from agentfly_train.demonstrations import warm_start_phases
     from agentfly_train.devices import policy_dtype, training_device
     from agentfly_train.generation.base import backend_of
-    from agentfly_train.judge_server import serve_reference
+    from agentfly_train.judge_server import serve_reference, stopped_on_error
     from agentfly_train.models import load_policy, lora_config
     from agentfly_train.quiet import no_progress_bars
     from agentfly_train.sft import warm_start
@@ -342,12 +342,8 @@ def prepare_run(config: TrainConfig, show_progress: bool = False) -> PreparedRun
     if args.beta and config.actor_rollout_ref.model.lora_rank == 0:
         pin_reference(model, run_dir, copy=config.sft.enable or config.model_path in TINY_POLICIES)
     judge_server = serve_reference(config, model, tokenizer, device)
-    try:
+    with stopped_on_error(judge_server):
         trainer = assemble_trainer(config, settings, model, tokenizer, codec, data, judge_server)
-    except BaseException:
-        if judge_server is not None:
-            judge_server.close()
-        raise
     return PreparedRun(trainer, config.trainer, checkpoint, result)
 
 

@@ -190,7 +190,7 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     from agentfly_train.data import env_kwargs, has_validation, make_env, val_rows
     from agentfly_train.devices import training_device
     from agentfly_train.generation.base import GENERATION_BACKENDS, Policy, backend_of, build_backend
-    from agentfly_train.judge_server import serve_reference
+    from agentfly_train.judge_server import serve_reference, stopped_on_error
     from agentfly_train.models import load_policy, make_codec
     from agentfly_train.quiet import no_progress_bars
     from agentfly_train.samples import write_samples
@@ -215,12 +215,8 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     samples = config.eval.samples
     async_episodes = GENERATION_BACKENDS.async_episodes(config.actor_rollout_ref.rollout, config.agent.backend)
     judge_server = serve_reference(config, model, tokenizer, training_device(config.trainer.device))
-    try:
+    with stopped_on_error(judge_server):
         agent = agent_rollout(config, codec, kwargs, async_episodes, truncation_reward, judge_server)
-    except BaseException:
-        if judge_server is not None:
-            judge_server.close()
-        raise
     try:
         stats, trajectories = agent.evaluate(
             backend, [row for row in rows for _ in range(samples)], config.data.val_batch_size

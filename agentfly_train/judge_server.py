@@ -11,27 +11,24 @@ run, and it stops with the run (and with the process that started it, were that 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentfly_train.config.errors import ConfigError
 from agentfly_train.config.schema import REFERENCE_JUDGE
-from agentfly_train.run_dir import REFERENCE_DIR
+from agentfly_train.run_dir import JUDGE_SERVER_FILE, JUDGE_SERVER_LOG, REFERENCE_DIR
 
 if TYPE_CHECKING:
     from agentfly_train.config.schema import TrainConfig
 
-SERVER_FILE = "judge_server.json"
-"""In the run directory: the started judge server's URL, read by every process."""
-LOG_FILE = "judge_server.log"
-"""In the run directory: the judge server's output."""
 SERVED_NAME = "reference"
 """The model name the judge server serves."""
 START_TIMEOUT_S = 900.0
@@ -140,7 +137,7 @@ def serve_reference(config: TrainConfig, model: Any, tokenizer: Any, device: str
     if not config.judged or config.reward.judge.url != REFERENCE_JUDGE:
         return None
     run_dir = Path(config.trainer.default_local_dir)
-    state, server, shared = PartialState(), None, run_dir / SERVER_FILE
+    state, server, shared = PartialState(), None, run_dir / JUDGE_SERVER_FILE
     if state.is_main_process:
         try:
             reference = run_dir / REFERENCE_DIR
@@ -148,7 +145,7 @@ def serve_reference(config: TrainConfig, model: Any, tokenizer: Any, device: str
                 model.save_pretrained(reference)
             if not (reference / "tokenizer_config.json").is_file():
                 tokenizer.save_pretrained(reference)
-            server = JudgeServer.start(reference, run_dir / LOG_FILE, server_args(config, device))
+            server = JudgeServer.start(reference, run_dir / JUDGE_SERVER_LOG, server_args(config, device))
             shared.write_text(json.dumps({"url": server.url}))
         except ConfigError as error:
             shared.write_text(json.dumps({"error": str(error)}))
@@ -157,6 +154,17 @@ def serve_reference(config: TrainConfig, model: Any, tokenizer: Any, device: str
     if "error" in started:
         raise ConfigError(started["error"])
     return server or JudgeServer(started["url"])
+
+
+@contextlib.contextmanager
+def stopped_on_error(server: JudgeServer | None) -> Iterator[None]:
+    """Stops ``server`` (if any) when the block raises; once the block is through, whatever it built owns it."""
+    try:
+        yield
+    except BaseException:
+        if server is not None:
+            server.close()
+        raise
 
 
 def _free_port() -> int:

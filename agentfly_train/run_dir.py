@@ -11,7 +11,8 @@ on the layout without importing each other, and read the JSON-lines files (:func
       train_samples/ val_samples/   SAMPLE_DIRS: step_<N>.jsonl episodes (STEP_FILE)
       eval.jsonl               EVAL_FILE: ``eval``'s scored episodes
       eval_pass_at_k.json      KSCORES_FILE: ``eval``'s pass@k and mean@k
-      reference/               REFERENCE_DIR: the reference model of the KL terms
+      reference/               REFERENCE_DIR: the reference model of the KL terms (and of a reference judge)
+      judge_server.json .log   JUDGE_SERVER_FILE, JUDGE_SERVER_LOG: the judge server the run started, its output
       checkpoint-<N>/ final/   the models (RUN_MODEL_DIR matches their names; FINAL_DIR the last)
       .lock                    LOCK_FILE: held by the run using the directory (:mod:`~agentfly_train.run_claim`)
 """
@@ -44,6 +45,10 @@ KSCORES_FILE = "eval_pass_at_k.json"
 """``eval``'s pass@k and mean@k, overall and per task."""
 REFERENCE_DIR = "reference"
 """The reference model of the KL terms: the policy as RL starts (after the warm start)."""
+JUDGE_SERVER_FILE = "judge_server.json"
+"""The URL of the judge server the run started (``reward.judge.url=reference``), for every process of the launch."""
+JUDGE_SERVER_LOG = "judge_server.log"
+"""The output of the judge server the run started."""
 FINAL_DIR = "final"
 """The model at the end of training."""
 RUN_MODEL_DIR = re.compile(r"final|checkpoint-\d+")
