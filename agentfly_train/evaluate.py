@@ -204,7 +204,8 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
     rows = val_rows(config, env)
     backend_of(config).preflight(config)
     model, tokenizer = load_policy(config)
-    model.to(training_device(config.trainer.device))
+    device = training_device(config.trainer.device)
+    model.to(device)
     codec = make_codec(config, tokenizer, env, rows[0])
     codec.stop_generation(model)
     truncation_reward = env_contract(env).truncation_reward
@@ -214,7 +215,7 @@ def evaluate(config: TrainConfig) -> tuple[dict[str, float], list[dict[str, Any]
         backend.load_weights(engine_weights(model))
     samples = config.eval.samples
     async_episodes = GENERATION_BACKENDS.async_episodes(config.actor_rollout_ref.rollout, config.agent.backend)
-    judge_server = serve_reference(config, model, tokenizer, training_device(config.trainer.device))
+    judge_server = serve_reference(config, model, tokenizer, device)
     with stopped_on_error(judge_server):
         agent = agent_rollout(config, codec, kwargs, async_episodes, truncation_reward, judge_server)
     try:
