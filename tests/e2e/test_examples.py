@@ -357,6 +357,8 @@ def test_rollout_throughput_benchmark(readme, tmp_path):
 @runs_readme_command(
     "python benchmarks/agent_programs.py --episodes 1 16 64 --repeats 3 --json benchmarks/results/agent_programs.json",
     "python benchmarks/agent_programs.py --vllm --episodes 1 16 64 --json benchmarks/results/agent_programs_vllm.json",
+    "python benchmarks/agent_programs.py --hidden-size 512 --layers 8 --heads 8 --max-tokens 128 --episodes 1 16 "
+    "--repeats 4 --json benchmarks/results/agent_programs_512.json",
 )
 def test_agent_programs_benchmark(readme, tmp_path):
     pytest.importorskip("aiohttp", reason='needs the "programs" extra')
