@@ -30,9 +30,9 @@ from agentfly_train.tiny_policies import TINY_POLICIES
 
 if TYPE_CHECKING:
     from agentfly_train.critic import CriticSettings
-    from agentfly_train.judge_server import JudgeServer
     from agentfly_train.programs import ProgramSettings
     from agentfly_train.trl_args import RLSettings
+    from agentfly_train.vllm_process import VLLMServer
 
 
 def env_pool(config: TrainConfig, kwargs: dict[str, Any]) -> EnvPool:
@@ -78,7 +78,7 @@ def agent_rollout(
     kwargs: dict[str, Any],
     async_episodes: bool,
     truncation_reward: float,
-    judge_server: JudgeServer | None = None,
+    judge_server: VLLMServer | None = None,
 ) -> AgentRollout:
     """The rollout driver of the configured agent: an env pool made with ``kwargs`` (:func:`env_pool`), the
     budgets (an episode they cut short gets the env's ``truncation_reward``), training and validation sampling, and
@@ -106,7 +106,7 @@ def agent_rollout(
     )
 
 
-def judge_rewards(config: TrainConfig, judge_server: JudgeServer | None = None) -> JudgeRewards | None:
+def judge_rewards(config: TrainConfig, judge_server: VLLMServer | None = None) -> JudgeRewards | None:
     """The LLM judge that scores the episodes (``agent.reward_name=judge|rubric|group_rank``), checked to answer and
     to serve its model, or ``None``. ``judge_server``: the server the run started (``reward.judge.url=reference``),
     which the judge stops when it is closed.
@@ -196,7 +196,7 @@ def assemble_trainer(
     tokenizer: Any,
     codec: ChatCodec,
     data: RunData,
-    judge_server: JudgeServer | None = None,
+    judge_server: VLLMServer | None = None,
 ) -> Any:
     """The :class:`~agentfly_train.trainer.AgentGRPOTrainer` of a run: its rollout port (the rollout driver over a
     pool of training envs and the generation backend, :class:`~agentfly_train.trainer.port.RolloutPort`), the

@@ -157,11 +157,11 @@ def test_the_reference_judge_server_takes_the_devices_arguments_unless_given_its
 @pytest.mark.slow  # the server's vLLM import alone takes 20 s
 def test_a_reference_judge_server_that_cannot_start_is_one_line_naming_its_log(tmp_path):
     pytest.importorskip("vllm", reason="vLLM is not installed")
-    from agentfly_train.judge_server import JudgeServer
+    from agentfly_train.judge_server import start_judge_server
 
     log = tmp_path / "judge_server.log"
     with pytest.raises(ConfigError) as raised:
-        JudgeServer.start(tmp_path / "no-model-here", log, ["--no-such-flag"])
+        start_judge_server(tmp_path / "no-model-here", log, ["--no-such-flag"])
     message = str(raised.value)
     assert message.startswith("reward.judge.url=reference: the judge's vLLM server exited (")
     assert f"its log {log} ends: " in message and "reward.judge.server_args" in message and "\n" not in message
@@ -180,7 +180,7 @@ def test_a_server_the_run_launched_ends_when_the_run_is_killed(tmp_path):
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from agentfly_train.judge_server import launch\n"
+        "from agentfly_train.vllm_process import launch\n"
         f"server = launch('http.server', ['--bind', '127.0.0.1', '0'], Path({str(tmp_path / 'server.log')!r}))\n"
         "print(server.pid, flush=True)\n"
         "time.sleep(600)\n"
