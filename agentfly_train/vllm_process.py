@@ -85,9 +85,8 @@ class VLLMServer:
 
         port = free_port()
         options = ["--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port), *args]
-        server = cls(f"http://127.0.0.1:{port}/v1", launch("vllm.entrypoints.openai.api_server", options, log, env))
-        process = server.process
-        assert process is not None
+        process = launch("vllm.entrypoints.openai.api_server", options, log, env)
+        server = cls(f"http://127.0.0.1:{port}/v1", process)
         deadline = time.monotonic() + timeout
         while process.poll() is None and time.monotonic() < deadline:
             try:

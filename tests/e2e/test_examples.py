@@ -4,7 +4,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -12,7 +11,7 @@ import warnings
 import pytest
 
 from tests.helpers.paths import REPO_ROOT
-from tests.helpers.processes import noise_lines, run_cli
+from tests.helpers.processes import free_port, noise_lines, run_cli
 from tests.helpers.readme import readme_command, runs_readme_command
 from tests.helpers.skips import (
     NEEDS_TRAIN_EXTRA,
@@ -554,9 +553,7 @@ def test_remote_env_benchmark(readme, tmp_path):
     no errors, no session left open, and the 61st session refused with the server's message (the 1,000-session
     run is the benchmark's own, in docs/benchmarks.md)."""
     pytest.importorskip("openenv", reason='needs openenv-core (the "openenv" extra)')
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     result_file = tmp_path / "remote.json"
     command = readme_command(
         readme,

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from agentfly_train.vllm_process import free_port as free_port  # the package's, for the tests too
 from tests.helpers.paths import REPO_ROOT
 
 
@@ -74,15 +75,6 @@ def world_error_in_fresh_process(setup: str, env_id: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     return done.stdout.strip()
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def kill_actor(ray, actor, timeout: float = 60.0) -> None:

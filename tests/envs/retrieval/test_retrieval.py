@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -19,6 +18,7 @@ from agentfly_envs.retrieval import (
     context_passages,
 )
 from tests.envs.retrieval.server import serve_retrieval
+from tests.helpers.processes import free_port
 
 CORPUS = [
     Passage("Paris", "Paris is the capital of France and stands on the Seine."),
@@ -97,9 +97,7 @@ def test_http_retriever_failures_are_clear(server_url, path, fragment):
 
 
 def test_http_retriever_with_nothing_listening():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again when the block ends: nothing listens there
+    port = free_port()  # nothing listens there
     with pytest.raises(RetrieverError, match=rf"127\.0\.0\.1:{port}/retrieve is unreachable \(.*refused"):
         HTTPRetriever(f"http://127.0.0.1:{port}", timeout_s=2).search("Paris", 1)
     with pytest.raises(ValueError, match="must start with http"):
