@@ -102,9 +102,10 @@ def golden_plans(planner: gym.Env) -> list[list]:
     return [planner.golden_actions(planner.tasks.row(index)) for index in range(len(planner.tasks))]
 
 
-def replay_single(env_id: str, plans: Sequence[list], **kwargs) -> ReplayStats:
+def replay_single(env_id: str, plans: Sequence[list], pause_s: float = 0.0, **kwargs) -> ReplayStats:
     """Replays ``plans[i]`` (the golden actions of task ``i``) for every task in one env; times only reset/step,
-    after one untimed reset (which may start a process, such as a world's JVM)."""
+    after one untimed reset (which may start a process, such as a world's JVM). ``pause_s``: seconds slept before
+    each step (in the wall time, not in the CPU time)."""
     env = gym.make(env_id, **kwargs)
     env.reset(options={"index": 0})
     stats = ReplayStats()
@@ -112,6 +113,8 @@ def replay_single(env_id: str, plans: Sequence[list], **kwargs) -> ReplayStats:
     for index, actions in enumerate(plans):
         env.reset(options={"index": index})
         for action in actions:
+            if pause_s:
+                time.sleep(pause_s)
             _, reward, _, _, info = env.step(action)
             stats.steps += 1
             stats.calculator_calls += len(info["tool_calls"])
@@ -158,13 +161,21 @@ def side_by_side_line(result: dict[str, Any]) -> str:
     """One line of a :func:`side_by_side` result."""
     ratio, cpu = result["ratio"], result["cpu_ratio"]
     median = {key: statistics.median(result[key]) for key in result if key.startswith(("current_", "baseline_"))}
+    floor = ""
+    if "beyond_floor_ratio" in result:
+        beyond = result["beyond_floor_ratio"]
+        floor = (
+            f"; floor (a calculator step after as long a wait) {median['current_floor_cpu_us_per_step']:.1f} vs "
+            f"{median['baseline_floor_cpu_us_per_step']:.1f} us/step, CPU beyond it {beyond['median']:.2f}x less "
+            f"(min {beyond['min']:.2f}x, max {beyond['max']:.2f}x)"
+        )
     return (
         f"one env vs {result['revision']} (medians of {result['rounds']} interleaved rounds): "
         f"{median['current_steps_per_s']:.0f} vs {median['baseline_steps_per_s']:.0f} env steps/s, ratio min "
         f"{ratio['min']:.2f}x, median {ratio['median']:.2f}x, max {ratio['max']:.2f}x; env process CPU "
         f"{median['current_cpu_us_per_step']:.1f} vs {median['baseline_cpu_us_per_step']:.1f} us/step, "
         f"{cpu['median']:.2f}x less (min {cpu['min']:.2f}x, max {cpu['max']:.2f}x); "
-        f"transcripts identical: {'yes' if result['transcripts_identical'] else 'NO'}"
+        f"transcripts identical: {'yes' if result['transcripts_identical'] else 'NO'}{floor}"
     )
 
 
@@ -190,21 +201,33 @@ def markdown_table(results: dict, workers: int) -> str:
 def child_run(spec: dict[str, Any]) -> dict[str, Any]:
     """One side of a side-by-side round, in the process that ``--child SPEC`` starts: ``spec["passes"]`` one-env
     golden replays of ``spec["env_id"]`` made with ``spec["kwargs"]``, and with ``spec["transcript"]`` the
-    :func:`~transcripts.transcript_digest` of the env's golden and sloppy replays.
+    :func:`~transcripts.transcript_digest` of the env's golden and sloppy replays. With ``spec["floor"]`` (an env
+    whose ``kwargs`` name its ``tools``) also the floor of its steps' CPU time: the same tasks on the env's default
+    tools (the calculator), each step after a sleep as long as an average step of the timed pass. A step that
+    follows a wait of milliseconds costs several times the CPU time of one that follows another step at once (its
+    caches gone cold), whatever the wait was for: the floor is what any step of the env costs after the wait that
+    the tool's own process imposes, so the tool's overhead is the CPU time beyond it.
 
     Returns:
         ``{"env_steps_per_s": the passes' median, "cpu_us_per_step": that pass's CPU time of this process per step
-        (microseconds), "golden_solved": fraction, "transcript": hex digest or None}``.
+        (microseconds), "golden_solved": fraction, "transcript": hex digest or None}``, and with ``spec["floor"]``
+        ``"floor_cpu_us_per_step"`` (microseconds).
     """
     env_id, kwargs = spec["env_id"], spec["kwargs"]
     plans = golden_plans(gym.make(env_id, **kwargs).unwrapped)
     run = median_run([replay_single(env_id, plans, **kwargs) for _ in range(spec["passes"])])
-    return {
+    result = {
         "env_steps_per_s": run.steps / run.seconds,
         "cpu_us_per_step": run.cpu_seconds / run.steps * 1e6,
         "golden_solved": run.solved / run.episodes,
         "transcript": transcript_digest(env_id, plans, **kwargs) if spec["transcript"] else None,
     }
+    if spec.get("floor"):
+        default_tools = {key: value for key, value in kwargs.items() if key != "tools"}
+        floor_plans = golden_plans(gym.make(env_id, **default_tools).unwrapped)
+        floor = replay_single(env_id, floor_plans, pause_s=run.seconds / run.steps, **default_tools)
+        result["floor_cpu_us_per_step"] = floor.cpu_seconds / floor.steps * 1e6
+    return result
 
 
 def side_by_side(
@@ -217,13 +240,17 @@ def side_by_side(
         ``{"revision", "rounds", "current_steps_per_s": [per round], "baseline_steps_per_s": [per round],
         "ratio": {"min", "median", "max"} of current / baseline steps/s over the rounds, "current_cpu_us_per_step",
         "baseline_cpu_us_per_step": [per round], "cpu_ratio": {"min", "median", "max"} of baseline / current CPU
-        time per step, "transcripts_identical": bool, "golden_solved": {"current", "baseline"}}``.
+        time per step, "transcripts_identical": bool, "golden_solved": {"current", "baseline"}}``; for an env whose
+        ``kwargs`` name its tools, also each side's ``"current_floor_cpu_us_per_step"`` and
+        ``"baseline_floor_cpu_us_per_step"`` (see :func:`child_run`) and ``"beyond_floor_ratio"``, the
+        ``{"min", "median", "max"}`` of baseline / current CPU time per step beyond each side's floor.
     """
     script = Path(__file__).resolve()
+    floor = "tools" in kwargs
 
     def side(root: Path) -> Any:
         def run(number: int) -> dict[str, Any]:
-            spec = {"env_id": env_id, "kwargs": kwargs, "passes": passes, "transcript": number == 0}
+            spec = {"env_id": env_id, "kwargs": kwargs, "passes": passes, "transcript": number == 0, "floor": floor}
             return run_child(script, root, ["--child", json.dumps(spec)])
 
         return run
@@ -231,6 +258,15 @@ def side_by_side(
     pairs = interleaved(side(REPO_ROOT), side(baseline_root), rounds)
     current, baseline = ([pair[side]["env_steps_per_s"] for pair in pairs] for side in (0, 1))
     current_cpu, baseline_cpu = ([pair[side]["cpu_us_per_step"] for pair in pairs] for side in (0, 1))
+    floors = {}
+    if floor:
+        current_floor, baseline_floor = ([pair[side]["floor_cpu_us_per_step"] for pair in pairs] for side in (0, 1))
+        beyond = zip(current_cpu, current_floor, baseline_cpu, baseline_floor, strict=True)
+        floors = {
+            "current_floor_cpu_us_per_step": current_floor,
+            "baseline_floor_cpu_us_per_step": baseline_floor,
+            "beyond_floor_ratio": ratio_summary([(b - b_floor) / (a - a_floor) for a, a_floor, b, b_floor in beyond]),
+        }
     return {
         "revision": revision,
         "rounds": rounds,
@@ -242,6 +278,7 @@ def side_by_side(
         "cpu_ratio": ratio_summary([b / a for a, b in zip(current_cpu, baseline_cpu, strict=True)]),
         "transcripts_identical": pairs[0][0]["transcript"] == pairs[0][1]["transcript"],
         "golden_solved": {"current": pairs[0][0]["golden_solved"], "baseline": pairs[0][1]["golden_solved"]},
+        **floors,
     }
 
 

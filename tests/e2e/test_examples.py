@@ -155,6 +155,15 @@ def test_env_throughput_benchmark_side_by_side_with_a_revision(readme, tmp_path,
         ratio = side["current_steps_per_s"][0] / side["baseline_steps_per_s"][0]
         assert side["ratio"] == pytest.approx({"min": ratio, "median": ratio, "max": ratio})
     assert out.count(f"one env vs {BASELINE_REVISION}") == 3 and "transcripts identical: NO" not in out
+    # the python tool's run also measures each side's floor: a calculator step after as long a wait
+    floors = {label for label, result in results.items() if "beyond_floor_ratio" in result["side_by_side"]}
+    assert floors == {"Arith, python tool"} and out.count("floor (a calculator step after as long a wait)") == 1
+    side = results["Arith, python tool"]["side_by_side"]
+    current, floor = side["current_cpu_us_per_step"][0], side["current_floor_cpu_us_per_step"][0]
+    baseline, baseline_floor = side["baseline_cpu_us_per_step"][0], side["baseline_floor_cpu_us_per_step"][0]
+    assert floor > 0 and baseline_floor > 0
+    beyond = (baseline - baseline_floor) / (current - floor)
+    assert side["beyond_floor_ratio"] == pytest.approx({"min": beyond, "median": beyond, "max": beyond})
 
 
 def test_env_throughput_names_a_revision_it_cannot_find():
